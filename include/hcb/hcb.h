@@ -1,0 +1,336 @@
+/*
+ * hcb.h - the public C API of libhcb, the host-callback runtime.
+ *
+ * libhcb moves data that a device computation "taps" to host functions that
+ * run on one consumer thread per device.  It has no dependency on Python: the
+ * CPython extension of the `host_callback` package is one client of this API,
+ * a C program is another.
+ *
+ * Conventions (see docs/ and STYLE.md):
+ *   - Functions return 0 (HCB_OK) or a negative HCB_E* code.  Those that can
+ *     explain take a last `hcb_error *err` (may be NULL) that receives a
+ *     message; filling it never allocates.
+ *   - Structs that may grow start with `size_t struct_size` and come with an
+ *     HCB_*_INIT initializer.  Everything else is an opaque handle.
+ *   - Every pointer says who owns it.  "Borrowed" means for the duration of
+ *     the call unless stated otherwise.
+ *   - Every function is thread-safe unless its comment says otherwise.
+ *
+ * This header includes only standard headers and compiles as C11 and C++.
+ */
+#ifndef HCB_HCB_H
+#define HCB_HCB_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define HCB_API           __attribute__((visibility("default")))
+#define HCB_PRINTF(f, a)  __attribute__((format(printf, f, a)))
+#else
+#define HCB_API
+#define HCB_PRINTF(f, a)
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Version                                                                  */
+
+#define HCB_VERSION_MAJOR 0
+#define HCB_VERSION_MINOR 1
+#define HCB_VERSION_PATCH 0
+#define HCB_VERSION_NUMBER                                                     \
+    (HCB_VERSION_MAJOR * 10000 + HCB_VERSION_MINOR * 100 + HCB_VERSION_PATCH)
+
+/* The version of the library loaded at run time, as HCB_VERSION_NUMBER
+ * encodes it.  Compare with HCB_VERSION_NUMBER to detect a header/library
+ * mismatch. */
+HCB_API int hcb_version(void);
+
+/* The same version as a static string, e.g. "0.1.0". */
+HCB_API const char *hcb_version_string(void);
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                   */
+
+/* Status codes.  Each maps onto one XLA_FFI_Error_Code at the FFI edge
+ * (hcb/ffi.h, hcb_ffi_error_code). */
+enum {
+    HCB_OK = 0,
+    HCB_EINVAL = -1,    /* bad argument            -> INVALID_ARGUMENT */
+    HCB_ENOMEM = -2,    /* allocation failed       -> RESOURCE_EXHAUSTED */
+    HCB_ENOTFOUND = -3, /* unknown id or device    -> NOT_FOUND */
+    HCB_ESTATE = -4,    /* wrong state for the op  -> FAILED_PRECONDITION */
+    HCB_EDEADLK = -5,   /* the wait would deadlock -> ABORTED */
+    HCB_ECALLBACK = -6, /* a user callback failed  -> UNKNOWN */
+    HCB_EUNIMPL = -7,   /* not supported           -> UNIMPLEMENTED */
+    HCB_EINTERNAL = -8, /* broken invariant        -> INTERNAL */
+    HCB_ESYSTEM = -9    /* the OS refused (threads) -> UNAVAILABLE */
+};
+
+#define HCB_ERROR_MESSAGE_SIZE 512
+
+/* An error report.  The message is lowercase, failure first, with no trailing
+ * period, and always NUL-terminated (truncated if needed). */
+typedef struct hcb_error {
+    int code; /* one of HCB_E*, or HCB_OK */
+    char message[HCB_ERROR_MESSAGE_SIZE];
+} hcb_error;
+
+/* Sets `err` (if not NULL) and returns `code`, so that error paths read
+ * `return hcb_error_set(err, HCB_EINVAL, "...", ...);`. */
+HCB_API int hcb_error_set(hcb_error *err, int code, const char *fmt, ...)
+    HCB_PRINTF(3, 4);
+HCB_API int hcb_error_setv(hcb_error *err, int code, const char *fmt,
+                           va_list ap);
+
+/* A static description of a code, e.g. "invalid argument". */
+HCB_API const char *hcb_strerror(int code);
+
+/* ------------------------------------------------------------------------ */
+/* Allocation                                                               */
+
+/* Every allocation libhcb makes goes through this hook.  Set it before any
+ * other call into the library; NULL restores malloc/free.  `alloc` returns
+ * memory aligned like malloc's (max_align_t), or NULL on failure, which every
+ * caller handles.  Not thread-safe with
+ * concurrent library use. */
+typedef struct hcb_allocator {
+    size_t struct_size;
+    void *(*alloc)(void *user, size_t size);
+    void (*free)(void *user, void *ptr);
+    void *user; /* borrowed; must outlive its use by the library */
+} hcb_allocator;
+
+HCB_API void hcb_set_allocator(const hcb_allocator *allocator);
+
+/* ------------------------------------------------------------------------ */
+/* Element types and array views                                            */
+
+/* Element types.  The values are XLA's (XLA_FFI_DataType, PrimitiveType), so
+ * an FFI buffer's dtype converts by a cast. */
+typedef enum hcb_dtype {
+    HCB_INVALID = 0,
+    HCB_BOOL = 1,
+    HCB_S8 = 2,
+    HCB_S16 = 3,
+    HCB_S32 = 4,
+    HCB_S64 = 5,
+    HCB_U8 = 6,
+    HCB_U16 = 7,
+    HCB_U32 = 8,
+    HCB_U64 = 9,
+    HCB_F16 = 10,
+    HCB_F32 = 11,
+    HCB_F64 = 12,
+    HCB_C64 = 15,
+    HCB_BF16 = 16,
+    HCB_TOKEN = 17,
+    HCB_C128 = 18,
+    HCB_F8E5M2 = 19,
+    HCB_F8E4M3FN = 20,
+    HCB_F8E4M3B11FNUZ = 23,
+    HCB_F8E5M2FNUZ = 24,
+    HCB_F8E4M3FNUZ = 25,
+    HCB_F8E4M3 = 28,
+    HCB_F8E3M4 = 29,
+    HCB_F8E8M0FNU = 33
+} hcb_dtype;
+
+/* Bytes per element, or 0 for a type that has no byte-addressable elements
+ * here (invalid, token, sub-byte types). */
+HCB_API size_t hcb_dtype_size(hcb_dtype dtype);
+
+/* numpy's name for the type ("float32", "bfloat16", "bool"), or "invalid". */
+HCB_API const char *hcb_dtype_name(hcb_dtype dtype);
+
+#define HCB_MAX_RANK 64
+
+/* A view of one dense, row-major array.  A view owns nothing: `dims` and
+ * `data` belong to whatever produced the view (a record, an XLA buffer) and
+ * live as long as it does. */
+typedef struct hcb_array {
+    hcb_dtype dtype;
+    int32_t rank;         /* 0 .. HCB_MAX_RANK */
+    const int64_t *dims;  /* `rank` extents; may be NULL when rank is 0 */
+    void *data;           /* may be NULL when nbytes is 0 */
+    size_t nbytes;        /* product(dims) * hcb_dtype_size(dtype) */
+} hcb_array;
+
+/* ------------------------------------------------------------------------ */
+/* Devices                                                                  */
+
+/* A device key names the queue a record goes to: a platform and the device
+ * ordinal XLA reports (on CPU, jax.Device.id). */
+typedef int64_t hcb_device;
+
+enum { HCB_PLATFORM_CPU = 0, HCB_PLATFORM_CUDA = 1 };
+
+#define HCB_DEVICE(platform, ordinal)                                          \
+    ((hcb_device)(((uint64_t)(uint32_t)(platform) << 32) |                     \
+                  (uint64_t)(uint32_t)(ordinal)))
+#define HCB_DEVICE_PLATFORM(d) ((int32_t)((uint64_t)(d) >> 32))
+#define HCB_DEVICE_ORDINAL(d)  ((int32_t)(uint32_t)((uint64_t)(d)&0xffffffffu))
+/* "Every device", where an argument accepts it. */
+#define HCB_ALL_DEVICES ((hcb_device)-1)
+
+/* ------------------------------------------------------------------------ */
+/* Records                                                                  */
+
+/* A record is what one tap sends to the host: the callback id, the device,
+ * and a copy of the tapped arrays, in one allocation.  Records are reference
+ * counted; the creator holds one reference. */
+typedef struct hcb_record hcb_record;
+
+/* Creates a record that copies `nargs` arrays (borrowed; only read during
+ * the call).  On success `*out` owns one reference.  Errors: HCB_EINVAL for a
+ * malformed view (rank, dtype, nbytes inconsistent with dims), HCB_ENOMEM. */
+HCB_API int hcb_record_create(uint64_t callback_id, hcb_device device,
+                              const hcb_array *args, size_t nargs,
+                              hcb_record **out, hcb_error *err);
+
+/* Reference counting; thread-safe.  release(NULL) does nothing. */
+HCB_API void hcb_record_retain(hcb_record *rec);
+HCB_API void hcb_record_release(hcb_record *rec);
+
+/* Accessors.  The returned arrays are owned by the record and stay valid
+ * while the caller holds a reference; their data is writable by the holder
+ * of the record (the copy is private to it). */
+HCB_API uint64_t hcb_record_callback_id(const hcb_record *rec);
+HCB_API hcb_device hcb_record_device(const hcb_record *rec);
+HCB_API size_t hcb_record_nargs(const hcb_record *rec);
+HCB_API const hcb_array *hcb_record_args(const hcb_record *rec);
+/* Bytes this record occupies, the amount charged against a queue bound. */
+HCB_API size_t hcb_record_size(const hcb_record *rec);
+
+/* ------------------------------------------------------------------------ */
+/* The runtime                                                              */
+
+/* A runtime owns one bounded queue and one consumer thread per device, the
+ * registry of tap targets, the recorded errors and the statistics. */
+typedef struct hcb_runtime hcb_runtime;
+
+/* 256e6 bytes, the legacy host_callback default. */
+#define HCB_DEFAULT_MAX_QUEUE_BYTES ((size_t)256000000)
+
+typedef struct hcb_runtime_options {
+    size_t struct_size;
+    /* Per-device bound on queued bytes.  A producer waits while its record
+     * does not fit; a record larger than the bound passes once the queue is
+     * empty.  Must be > 0. */
+    size_t max_queue_bytes;
+} hcb_runtime_options;
+
+#define HCB_RUNTIME_OPTIONS_INIT                                               \
+    { sizeof(hcb_runtime_options), HCB_DEFAULT_MAX_QUEUE_BYTES }
+
+/* Creates a runtime; `options` may be NULL for the defaults.  No thread
+ * starts until the first record for a device arrives. */
+HCB_API int hcb_runtime_create(const hcb_runtime_options *options,
+                               hcb_runtime **out, hcb_error *err);
+
+/* Stops the runtime (draining every queue) and frees it.  NULL is ignored.
+ * Must not be called from one of the runtime's consumer threads. */
+HCB_API void hcb_runtime_destroy(hcb_runtime *rt);
+
+/* The process-wide runtime that the FFI handlers feed, created on first use
+ * with the default options and never destroyed.  NULL only if that first
+ * creation ran out of memory. */
+HCB_API hcb_runtime *hcb_runtime_default(void);
+
+/* Changes the per-device bound for existing and future queues.  Producers
+ * already waiting re-check against the new bound. */
+HCB_API int hcb_runtime_set_max_queue_bytes(hcb_runtime *rt, size_t bytes,
+                                            hcb_error *err);
+
+/* A tap function.  It runs on the consumer thread of the record's device,
+ * one record at a time per device, in the order the device produced them.
+ * `rec` is borrowed for the call; hcb_record_retain it to keep the data
+ * longer.  Return 0, or non-zero after filling `err`: the runtime then
+ * records the error (hcb_runtime_take_error) and goes on. */
+typedef int (*hcb_tap_fn)(void *user, hcb_record *rec, hcb_error *err);
+
+typedef struct hcb_tap_target {
+    size_t struct_size;
+    hcb_tap_fn fn;   /* required */
+    void *user;      /* borrowed; must outlive the runtime */
+    const char *name; /* for messages; copied (truncated to 63 bytes) */
+    size_t name_len;
+} hcb_tap_target;
+
+#define HCB_TAP_TARGET_INIT { sizeof(hcb_tap_target), NULL, NULL, NULL, 0 }
+
+/* Registers a tap target for the life of the runtime and gives its id
+ * (never 0: compiled programs carry it as the `callback_id` attribute).
+ * Errors: HCB_EINVAL, HCB_ENOMEM, HCB_ESTATE when the registry is full. */
+HCB_API int hcb_runtime_register_tap(hcb_runtime *rt,
+                                     const hcb_tap_target *target,
+                                     uint64_t *id, hcb_error *err);
+
+/* Queues `rec` for its device, waiting while the queue is over its bound
+ * (back-pressure), and starts the device's consumer thread if needed.
+ * Ownership of `rec` passes to the runtime whatever the result.  On error
+ * (HCB_ENOMEM, HCB_ESYSTEM) the record has not been queued and is released,
+ * except in the one case documented in docs/runtime.md (a consumer restart
+ * that failed after a stop) where it waits in the queue for the next start. */
+HCB_API int hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec,
+                               hcb_error *err);
+
+/* Returns once every record submitted for `device` (or for every device,
+ * with HCB_ALL_DEVICES) before the call has been consumed.  HCB_EDEADLK if
+ * called from the consumer thread it would wait for. */
+HCB_API int hcb_runtime_barrier(hcb_runtime *rt, hcb_device device,
+                                hcb_error *err);
+
+/* Drains every queue and joins every consumer thread.  The runtime stays
+ * usable: the next submit starts the device's thread again.  HCB_EDEADLK if
+ * called from a consumer thread. */
+HCB_API int hcb_runtime_stop(hcb_runtime *rt, hcb_error *err);
+
+/* Statistics of one device, or of all devices summed (HCB_ALL_DEVICES). */
+typedef struct hcb_stats {
+    size_t struct_size;
+    uint64_t records_in;       /* records submitted */
+    uint64_t bytes_in;         /* their sizes */
+    uint64_t records_out;      /* records consumed (tap function returned) */
+    uint64_t bytes_out;
+    uint64_t queued_records;   /* submitted, not yet consumed */
+    uint64_t queued_bytes;
+    uint64_t high_water_bytes; /* max queued_bytes seen (max over devices) */
+    uint64_t producer_waits;   /* submits that had to wait for space */
+    uint64_t producer_wait_ns; /* total time they waited */
+    uint64_t errors;           /* tap functions that failed, unknown ids */
+    uint64_t devices;          /* devices with a queue */
+} hcb_stats;
+
+#define HCB_STATS_INIT { sizeof(hcb_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+
+/* Fills `stats` (its struct_size set by the caller).  HCB_ENOTFOUND for a
+ * device that never had a record. */
+HCB_API int hcb_runtime_stats(hcb_runtime *rt, hcb_device device,
+                              hcb_stats *stats, hcb_error *err);
+
+/* The devices that have a queue: writes up to `cap` keys to `out` and
+ * returns how many exist. */
+HCB_API size_t hcb_runtime_devices(hcb_runtime *rt, hcb_device *out,
+                                   size_t cap);
+
+/* Returns the number of errors recorded since the last call and, if there
+ * were any and `last` is not NULL, copies the last one into it; then forgets
+ * them.  The counters in hcb_stats are not reset. */
+HCB_API uint64_t hcb_runtime_take_error(hcb_runtime *rt, hcb_error *last);
+
+/* Records an error as a failed tap would (for embedders that detect errors
+ * outside a tap function). */
+HCB_API void hcb_runtime_record_error(hcb_runtime *rt, hcb_device device,
+                                      const hcb_error *error);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* HCB_HCB_H */

@@ -1,0 +1,412 @@
+/*
+ * module.c - host_callback._hcb, the CPython face of libhcb.
+ *
+ * The only C in the project that sees Python, with tap.c.  It registers
+ * Python tap sites as runtime targets, exposes the FFI handlers as capsules
+ * for jax.ffi.register_ffi_target, and wraps the runtime's barrier, stop,
+ * stats and errors.  Every call that may wait releases the GIL.
+ * Multi-phase initialisation; the state lives in module state.
+ */
+#define PY_ARRAY_UNIQUE_SYMBOL hcb_ARRAY_API
+#define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
+#include "hcbpy.h"
+
+#include <numpy/arrayobject.h>
+
+#include "hcb/ffi.h"
+
+static hcb_state *
+state_of(PyObject *module)
+{
+    return (hcb_state *)PyModule_GetState(module);
+}
+
+static PyObject *
+raise_hcb(const hcb_error *err)
+{
+    PyObject *type = err->code == HCB_EINVAL ? PyExc_ValueError
+                     : err->code == HCB_ENOMEM ? PyExc_MemoryError
+                                               : PyExc_RuntimeError;
+
+    PyErr_SetString(type, err->message);
+    return NULL;
+}
+
+/* configure(dtypes, device_lookup, on_error) */
+static PyObject *
+hcb_configure(PyObject *module, PyObject *args)
+{
+    hcb_state *st = state_of(module);
+    PyObject *dtypes, *lookup, *on_error;
+
+    if (!PyArg_ParseTuple(args, "O!OO:configure", &PyTuple_Type, &dtypes,
+                          &lookup, &on_error))
+        return NULL;
+    if (PyTuple_GET_SIZE(dtypes) != HCB_PY_NDTYPES) {
+        PyErr_Format(PyExc_ValueError, "dtypes must have %d entries, got %zd",
+                     HCB_PY_NDTYPES, PyTuple_GET_SIZE(dtypes));
+        return NULL;
+    }
+    if (!PyCallable_Check(lookup) || !PyCallable_Check(on_error)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "device_lookup and on_error must be callable");
+        return NULL;
+    }
+    Py_INCREF(dtypes);
+    Py_XSETREF(st->dtypes, dtypes);
+    Py_INCREF(lookup);
+    Py_XSETREF(st->device_lookup, lookup);
+    Py_INCREF(on_error);
+    Py_XSETREF(st->on_error, on_error);
+    Py_RETURN_NONE;
+}
+
+/* register_tap(site, name) -> int.  `site` is (func, treedef, transforms,
+ * with_device); it is kept for the life of the process. */
+static PyObject *
+hcb_register_tap(PyObject *module, PyObject *args)
+{
+    hcb_state *st = state_of(module);
+    hcb_tap_target target = HCB_TAP_TARGET_INIT;
+    hcb_py_target *t;
+    PyObject *site;
+    const char *name;
+    Py_ssize_t name_len;
+    uint64_t id;
+    hcb_error err;
+
+    if (!PyArg_ParseTuple(args, "O!s#:register_tap", &PyTuple_Type, &site,
+                          &name, &name_len))
+        return NULL;
+    if (PyTuple_GET_SIZE(site) != 4 ||
+        !PyCallable_Check(PyTuple_GET_ITEM(site, 0))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "site must be (func, treedef, transforms, "
+                        "with_device) with a callable func");
+        return NULL;
+    }
+    if (st->dtypes == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    t = PyMem_RawCalloc(1, sizeof *t);
+    if (t == NULL)
+        return PyErr_NoMemory();
+    Py_INCREF(module);
+    t->module = module;
+    t->state = st;
+    Py_INCREF(site);
+    t->site = site;
+    snprintf(t->name, sizeof t->name, "%.*s", (int)name_len, name);
+    target.fn = hcb_py_tap;
+    target.user = t;
+    target.name = t->name;
+    target.name_len = strlen(t->name);
+    if (hcb_runtime_register_tap(st->rt, &target, &id, &err) != HCB_OK) {
+        Py_DECREF(site);
+        Py_DECREF(module);
+        PyMem_RawFree(t);
+        return raise_hcb(&err);
+    }
+    return PyLong_FromUnsignedLongLong(id);
+}
+
+static PyObject *
+hcb_ffi_handlers(PyObject *module, PyObject *unused)
+{
+    PyObject *d = PyDict_New(), *cap;
+
+    (void)module;
+    (void)unused;
+    if (d == NULL)
+        return NULL;
+    cap = PyCapsule_New((void *)hcb_ffi_tap, NULL, NULL);
+    if (cap == NULL || PyDict_SetItemString(d, "hcb_tap", cap) < 0) {
+        Py_XDECREF(cap);
+        Py_DECREF(d);
+        return NULL;
+    }
+    Py_DECREF(cap);
+    return d;
+}
+
+static int
+parse_device(PyObject *obj, hcb_device *out)
+{
+    long long v;
+
+    if (obj == NULL || obj == Py_None) {
+        *out = HCB_ALL_DEVICES;
+        return 0;
+    }
+    v = PyLong_AsLongLong(obj);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    *out = (hcb_device)v;
+    return 0;
+}
+
+/* barrier(device_key=None): waits, without the GIL, for the records
+ * submitted so far to be consumed. */
+static PyObject *
+hcb_barrier(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    hcb_state *st = state_of(module);
+    hcb_device dev;
+    hcb_error err;
+    int rc;
+
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "barrier takes at most 1 argument");
+        return NULL;
+    }
+    if (parse_device(nargs > 0 ? args[0] : NULL, &dev) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = hcb_runtime_barrier(st->rt, dev, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != HCB_OK)
+        return raise_hcb(&err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+hcb_stop(PyObject *module, PyObject *unused)
+{
+    hcb_state *st = state_of(module);
+    hcb_error err;
+    int rc;
+
+    (void)unused;
+    Py_BEGIN_ALLOW_THREADS
+    rc = hcb_runtime_stop(st->rt, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != HCB_OK)
+        return raise_hcb(&err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+hcb_shutdown(PyObject *module, PyObject *unused)
+{
+    (void)unused;
+    atomic_store(&state_of(module)->shutting_down, 1);
+    return hcb_stop(module, NULL);
+}
+
+static PyObject *
+hcb_set_max_queue_bytes(PyObject *module, PyObject *arg)
+{
+    unsigned long long n = PyLong_AsUnsignedLongLong(arg);
+    hcb_error err;
+
+    if (n == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (hcb_runtime_set_max_queue_bytes(state_of(module)->rt, (size_t)n,
+                                        &err) != HCB_OK)
+        return raise_hcb(&err);
+    Py_RETURN_NONE;
+}
+
+static int
+put_u64(PyObject *d, const char *key, uint64_t v)
+{
+    PyObject *o = PyLong_FromUnsignedLongLong(v);
+    int rc;
+
+    if (o == NULL)
+        return -1;
+    rc = PyDict_SetItemString(d, key, o);
+    Py_DECREF(o);
+    return rc;
+}
+
+/* stats(device_key=None) -> dict of counters */
+static PyObject *
+hcb_stats_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    hcb_stats s = HCB_STATS_INIT;
+    hcb_device dev;
+    hcb_error err;
+    PyObject *d;
+
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "stats takes at most 1 argument");
+        return NULL;
+    }
+    if (parse_device(nargs > 0 ? args[0] : NULL, &dev) < 0)
+        return NULL;
+    if (hcb_runtime_stats(state_of(module)->rt, dev, &s, &err) != HCB_OK)
+        return raise_hcb(&err);
+    d = PyDict_New();
+    if (d == NULL)
+        return NULL;
+    if (put_u64(d, "records_in", s.records_in) < 0 ||
+        put_u64(d, "bytes_in", s.bytes_in) < 0 ||
+        put_u64(d, "records_out", s.records_out) < 0 ||
+        put_u64(d, "bytes_out", s.bytes_out) < 0 ||
+        put_u64(d, "queued_records", s.queued_records) < 0 ||
+        put_u64(d, "queued_bytes", s.queued_bytes) < 0 ||
+        put_u64(d, "high_water_bytes", s.high_water_bytes) < 0 ||
+        put_u64(d, "producer_waits", s.producer_waits) < 0 ||
+        put_u64(d, "producer_wait_ns", s.producer_wait_ns) < 0 ||
+        put_u64(d, "errors", s.errors) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+static PyObject *
+hcb_devices(PyObject *module, PyObject *unused)
+{
+    hcb_runtime *rt = state_of(module)->rt;
+    hcb_device keys[256];
+    size_t n, i;
+    PyObject *list;
+
+    (void)unused;
+    n = hcb_runtime_devices(rt, keys, 256);
+    if (n > 256)
+        n = 256; /* more devices than any CPU process has; list the first */
+    list = PyList_New((Py_ssize_t)n);
+    if (list == NULL)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        PyObject *k = PyLong_FromLongLong((long long)keys[i]);
+
+        if (k == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, k);
+    }
+    return list;
+}
+
+/* take_error() -> (count, last message) */
+static PyObject *
+hcb_take_error(PyObject *module, PyObject *unused)
+{
+    hcb_error last = {HCB_OK, ""};
+    uint64_t n;
+
+    (void)unused;
+    n = hcb_runtime_take_error(state_of(module)->rt, &last);
+    return Py_BuildValue("(Ks)", (unsigned long long)n, last.message);
+}
+
+static PyMethodDef hcb_methods[] = {
+    {"configure", hcb_configure, METH_VARARGS,
+     "configure(dtypes, device_lookup, on_error): set the Python hooks."},
+    {"register_tap", hcb_register_tap, METH_VARARGS,
+     "register_tap(site, name) -> id: register a Python tap site."},
+    {"ffi_handlers", hcb_ffi_handlers, METH_NOARGS,
+     "ffi_handlers() -> {name: capsule} for jax.ffi.register_ffi_target."},
+    {"barrier", (PyCFunction)(void (*)(void))hcb_barrier, METH_FASTCALL,
+     "barrier(device_key=None): wait until submitted records are consumed."},
+    {"stop", hcb_stop, METH_NOARGS,
+     "stop(): drain the queues and join the consumer threads."},
+    {"shutdown", hcb_shutdown, METH_NOARGS,
+     "shutdown(): stop and never call Python taps again (interpreter exit)."},
+    {"set_max_queue_bytes", hcb_set_max_queue_bytes, METH_O,
+     "set_max_queue_bytes(n): the per-device queue bound in bytes."},
+    {"stats", (PyCFunction)(void (*)(void))hcb_stats_py, METH_FASTCALL,
+     "stats(device_key=None) -> dict of runtime counters."},
+    {"devices", hcb_devices, METH_NOARGS,
+     "devices() -> device keys that have a queue."},
+    {"take_error", hcb_take_error, METH_NOARGS,
+     "take_error() -> (count, last message) since the last call."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+hcb_exec(PyObject *module)
+{
+    hcb_state *st = state_of(module);
+
+    if (PyArray_ImportNumPyAPI() < 0)
+        return -1;
+    st->rt = hcb_runtime_default();
+    if (st->rt == NULL) {
+        PyErr_SetString(PyExc_MemoryError,
+                        "cannot create the host-callback runtime");
+        return -1;
+    }
+    atomic_init(&st->shutting_down, 0);
+    st->owner_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, hcb_py_owner_spec(), NULL);
+    if (st->owner_type == NULL)
+        return -1;
+    st->device_cache = PyDict_New();
+    st->str_unflatten = PyUnicode_InternFromString("unflatten");
+    st->str_device = PyUnicode_InternFromString("device");
+    if (st->device_cache == NULL || st->str_unflatten == NULL ||
+        st->str_device == NULL)
+        return -1;
+    if (PyModule_AddStringConstant(module, "version", hcb_version_string()) <
+            0 ||
+        PyModule_AddIntConstant(module, "ALL_DEVICES", (long)HCB_ALL_DEVICES) <
+            0)
+        return -1;
+    return 0;
+}
+
+static int
+hcb_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    hcb_state *st = state_of(module);
+
+    Py_VISIT(st->owner_type);
+    Py_VISIT(st->dtypes);
+    Py_VISIT(st->device_lookup);
+    Py_VISIT(st->on_error);
+    Py_VISIT(st->device_cache);
+    return 0;
+}
+
+static int
+hcb_clear(PyObject *module)
+{
+    hcb_state *st = state_of(module);
+
+    Py_CLEAR(st->owner_type);
+    Py_CLEAR(st->dtypes);
+    Py_CLEAR(st->device_lookup);
+    Py_CLEAR(st->on_error);
+    Py_CLEAR(st->device_cache);
+    Py_CLEAR(st->str_unflatten);
+    Py_CLEAR(st->str_device);
+    return 0;
+}
+
+static void
+hcb_free(void *module)
+{
+    hcb_clear((PyObject *)module);
+}
+
+static PyModuleDef_Slot hcb_slots[] = {
+    {Py_mod_exec, (void *)hcb_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef hcb_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "host_callback._hcb",
+    .m_doc = "The C runtime of host_callback (libhcb) seen from Python.",
+    .m_size = sizeof(hcb_state),
+    .m_methods = hcb_methods,
+    .m_slots = hcb_slots,
+    .m_traverse = hcb_traverse,
+    .m_clear = hcb_clear,
+    .m_free = hcb_free,
+};
+
+PyMODINIT_FUNC PyInit__hcb(void);
+
+PyMODINIT_FUNC
+PyInit__hcb(void)
+{
+    return PyModuleDef_Init(&hcb_module);
+}

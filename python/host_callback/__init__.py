@@ -1,0 +1,32 @@
+"""Host callbacks for JAX programs, with a C runtime.
+
+The API of the removed ``jax.experimental.host_callback``; migrating is one
+line::
+
+    import host_callback as hcb   # was: from jax.experimental import host_callback as hcb
+
+``id_tap`` sends values from compiled code to a Python function on the host,
+asynchronously, through per-device bounded queues served by C consumer
+threads.  ``barrier_wait`` waits for every pending tap and reports
+exceptions raised by tap functions.  See README.md and docs/.
+"""
+
+from host_callback._runtime import barrier_wait
+from host_callback._runtime import stats
+from host_callback._runtime import stop_outfeed_receiver
+from host_callback._tap import id_tap
+from host_callback._types import CallbackException
+from host_callback._types import CallbackFlavor
+from host_callback._types import TapFunctionException
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CallbackException",
+    "CallbackFlavor",
+    "TapFunctionException",
+    "barrier_wait",
+    "id_tap",
+    "stats",
+    "stop_outfeed_receiver",
+]

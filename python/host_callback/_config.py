@@ -1,0 +1,65 @@
+"""Settings read from the environment when host_callback is imported.
+
+``HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE``
+    Per-device bound, in bytes, on tapped data waiting for its tap function
+    (default 256e6, at least 16e6).  When a device's queue is full the device
+    waits (back-pressure); nothing is dropped.
+``HOST_CALLBACK_INLINE``
+    ``1``/``true``: outside ``jax.jit`` and other staging, call tap functions
+    directly in the calling thread (for debuggers and stack traces).
+
+The legacy names ``JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE`` and
+``JAX_HOST_CALLBACK_INLINE`` are honoured when the new ones are unset.
+"""
+
+from __future__ import annotations
+
+import os
+
+DEFAULT_MAX_QUEUE_BYTES = int(256e6)
+MIN_MAX_QUEUE_BYTES = int(16e6)
+
+
+def _env(name: str) -> tuple[str, str] | None:
+  for full in ("HOST_CALLBACK_" + name, "JAX_HOST_CALLBACK_" + name):
+    value = os.environ.get(full)
+    if value is not None and value.strip() != "":
+      return full, value.strip()
+  return None
+
+
+def _parse_bool(name: str, value: str) -> bool:
+  lowered = value.lower()
+  if lowered in ("1", "true", "yes", "on"):
+    return True
+  if lowered in ("0", "false", "no", "off"):
+    return False
+  raise ValueError(f"{name} must be a boolean (1/0, true/false), got {value!r}")
+
+
+def max_queue_bytes() -> int:
+  """The queue bound from the environment, validated."""
+  found = _env("MAX_QUEUE_BYTE_SIZE")
+  if found is None:
+    return DEFAULT_MAX_QUEUE_BYTES
+  name, value = found
+  try:
+    size = int(float(value))
+  except ValueError:
+    raise ValueError(
+        f"{name} must be a number of bytes such as 256e6, got {value!r}"
+    ) from None
+  if size < MIN_MAX_QUEUE_BYTES:
+    raise ValueError(
+        f"{name} must be at least {MIN_MAX_QUEUE_BYTES} bytes, got {size}")
+  return size
+
+
+def inline() -> bool:
+  """Whether HOST_CALLBACK_INLINE asks for inline calls."""
+  found = _env("INLINE")
+  return False if found is None else _parse_bool(*found)
+
+
+MAX_QUEUE_BYTES: int = max_queue_bytes()
+INLINE: bool = inline()

@@ -1,0 +1,34 @@
+/*
+ * record.h - the layout of a tap record, shared by the queue, the runtime
+ * and the FFI handler.  Not installed: users see hcb_record as opaque.
+ *
+ * One allocation:
+ *
+ *   struct hcb_record | hcb_array args[nargs] | int64_t dims[sum of ranks]
+ *   | pad | payload 0 | pad | payload 1 | ...
+ *
+ * Each payload starts on an HCB__PAYLOAD_ALIGN boundary: the alignment the
+ * allocator guarantees (malloc: max_align_t, 16 bytes on x86-64), which is
+ * enough for numpy to see every element type aligned.
+ */
+#ifndef HCB_RECORD_H
+#define HCB_RECORD_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "common.h"
+
+#define HCB__PAYLOAD_ALIGN _Alignof(max_align_t)
+
+struct hcb_record {
+    atomic_size_t refs;
+    struct hcb_record *next; /* queue link: owned by the queue holding it */
+    size_t size;             /* bytes of the whole allocation */
+    uint64_t callback_id;
+    hcb_device device;
+    size_t nargs;
+    hcb_array *args; /* points into this allocation */
+};
+
+#endif /* HCB_RECORD_H */

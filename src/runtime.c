@@ -1,0 +1,597 @@
+/*
+ * runtime.c - per-device channels (a bounded queue and a consumer thread),
+ * the registry of tap targets, barriers, stop/restart, errors and stats.
+ *
+ * DESIGN
+ *
+ * The path of a record: a producer (the FFI tap handler in ffi_tap.c, on an
+ * XLA thread) calls hcb_runtime_submit -> channel_get finds the device's
+ * channel -> ensure_consumer starts its thread on first use ->
+ * hcb__queue_push (may wait: back-pressure) -> the consumer thread
+ * (consumer_main) pops it -> deliver looks up the target by callback id and
+ * calls target->fn -> the record is released and marked done.
+ *
+ * Threads.  One consumer thread per channel, named "hcb-cpu-N", started by
+ * the first submit for that device and after every stop.  Producers are
+ * any threads.  Barrier and stop callers are any threads except consumers
+ * of the runtime (which get HCB_EDEADLK: they would wait for themselves).
+ *
+ * Locks, in the order they may be taken:
+ *   1. channel->lifecycle  starting and joining that channel's thread
+ *   2. rt->mu              channel table inserts, target registry appends,
+ *                          the queue bound
+ *   3. queue->mu           (queue.c) the FIFO
+ *   4. rt->err_mu          the recorded errors (a leaf)
+ * Lookups of channels and targets take no lock: both tables are append-only
+ * and entries are published with release stores.  No lock is held while a
+ * tap function runs.
+ *
+ * Ordering.  Records of one device are consumed one at a time in submit
+ * order.  Devices are independent: records of different devices may
+ * interleave in any way.
+ *
+ * Shutdown.  hcb_runtime_stop closes each queue; its consumer drains what
+ * is queued, then exits; stop joins it under the channel's lifecycle lock.
+ * A submit that races with the stop pushes into the queue, sees no active
+ * consumer and starts a new one after the stop released the lifecycle lock,
+ * so no record is left behind.  Nothing is cancelled.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "queue.h"
+#include "runtime.h"
+
+#define CHANNEL_SLOTS 4096 /* power of two; XLA allows 2048 CPU devices */
+#define TARGET_CHUNK  256
+#define TARGET_CHUNKS 4096
+#define NAME_SIZE     64
+
+typedef struct target {
+    hcb_tap_fn fn;
+    void *user;
+    char name[NAME_SIZE];
+} target;
+
+typedef struct channel {
+    hcb_runtime *rt;
+    hcb_device device;
+    hcb__queue queue;
+    hcb__mutex lifecycle;
+    pthread_t thread;    /* valid while running */
+    atomic_bool running; /* written under lifecycle */
+    atomic_uint_fast64_t errors;
+} channel;
+
+struct hcb_runtime {
+    hcb__mutex mu;
+    size_t max_queue_bytes; /* under mu */
+    size_t nchannels;       /* under mu */
+    _Atomic(channel *) slots[CHANNEL_SLOTS];
+    _Atomic(target *) chunks[TARGET_CHUNKS];
+    atomic_uint_fast64_t ntargets;
+
+    hcb__mutex err_mu;
+    uint64_t pending_errors; /* under err_mu */
+    hcb_error last_error;    /* under err_mu */
+};
+
+/* The channel whose consumer this thread is, or NULL. */
+static _Thread_local channel *current_consumer;
+
+/* ---- channels ----------------------------------------------------------- */
+
+static size_t
+slot_of(hcb_device device)
+{
+    return (size_t)(((uint64_t)device * 0x9E3779B97F4A7C15u) >> 52) &
+           (CHANNEL_SLOTS - 1);
+}
+
+static channel *
+channel_find(hcb_runtime *rt, hcb_device device)
+{
+    size_t i = slot_of(device), n;
+
+    for (n = 0; n < CHANNEL_SLOTS; n++, i = (i + 1) & (CHANNEL_SLOTS - 1)) {
+        channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_acquire);
+
+        if (ch == NULL || ch->device == device)
+            return ch;
+    }
+    return NULL;
+}
+
+static channel *
+channel_new(hcb_runtime *rt, hcb_device device, hcb_error *err)
+{
+    channel *ch = hcb__calloc(1, sizeof *ch);
+
+    if (ch == NULL) {
+        hcb_error_set(err, HCB_ENOMEM, "cannot allocate a device channel");
+        return NULL;
+    }
+    ch->rt = rt;
+    ch->device = device;
+    atomic_init(&ch->running, false);
+    atomic_init(&ch->errors, 0);
+    if (hcb__queue_init(&ch->queue, rt->max_queue_bytes) != HCB_OK) {
+        hcb__free(ch);
+        hcb_error_set(err, HCB_ESYSTEM, "cannot initialise a device queue");
+        return NULL;
+    }
+    if (hcb__mutex_init(&ch->lifecycle) != HCB_OK) {
+        hcb__queue_destroy(&ch->queue);
+        hcb__free(ch);
+        hcb_error_set(err, HCB_ESYSTEM, "cannot initialise a device channel");
+        return NULL;
+    }
+    return ch;
+}
+
+static void
+channel_free(channel *ch)
+{
+    hcb__mutex_destroy(&ch->lifecycle);
+    hcb__queue_destroy(&ch->queue);
+    hcb__free(ch);
+}
+
+/* Finds or creates the channel of `device`. */
+static channel *
+channel_get(hcb_runtime *rt, hcb_device device, hcb_error *err)
+{
+    channel *ch = channel_find(rt, device);
+    size_t i;
+
+    if (ch != NULL)
+        return ch;
+    hcb__mutex_lock(&rt->mu);
+    ch = channel_find(rt, device); /* another producer may have won */
+    if (ch == NULL && rt->nchannels >= CHANNEL_SLOTS / 2) {
+        hcb_error_set(err, HCB_ESTATE, "too many devices (%zu)",
+                      rt->nchannels);
+    } else if (ch == NULL && (ch = channel_new(rt, device, err)) != NULL) {
+        for (i = slot_of(device);
+             atomic_load_explicit(&rt->slots[i], memory_order_relaxed) != NULL;
+             i = (i + 1) & (CHANNEL_SLOTS - 1))
+            ;
+        atomic_store_explicit(&rt->slots[i], ch, memory_order_release);
+        rt->nchannels++;
+    }
+    hcb__mutex_unlock(&rt->mu);
+    return ch;
+}
+
+/* ---- the target registry ------------------------------------------------ */
+
+static const target *
+target_get(hcb_runtime *rt, uint64_t id)
+{
+    uint64_t n = atomic_load_explicit(&rt->ntargets, memory_order_acquire);
+    target *chunk;
+
+    if (id == 0 || id > n)
+        return NULL;
+    chunk = atomic_load_explicit(&rt->chunks[(id - 1) / TARGET_CHUNK],
+                                 memory_order_acquire);
+    return &chunk[(id - 1) % TARGET_CHUNK];
+}
+
+int
+hcb_runtime_register_tap(hcb_runtime *rt, const hcb_tap_target *t,
+                         uint64_t *id, hcb_error *err)
+{
+    target *chunk, *slot;
+    uint64_t n;
+    size_t len;
+
+    if (t == NULL || t->struct_size < sizeof(hcb_tap_target) ||
+        t->fn == NULL || id == NULL)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "tap target needs struct_size, fn and an id "
+                             "pointer");
+    hcb__mutex_lock(&rt->mu);
+    n = atomic_load_explicit(&rt->ntargets, memory_order_relaxed);
+    if (n >= (uint64_t)TARGET_CHUNK * TARGET_CHUNKS) {
+        hcb__mutex_unlock(&rt->mu);
+        return hcb_error_set(err, HCB_ESTATE,
+                             "tap registry is full (%llu targets)",
+                             (unsigned long long)n);
+    }
+    chunk = atomic_load_explicit(&rt->chunks[n / TARGET_CHUNK],
+                                 memory_order_relaxed);
+    if (chunk == NULL) {
+        chunk = hcb__calloc(TARGET_CHUNK, sizeof *chunk);
+        if (chunk == NULL) {
+            hcb__mutex_unlock(&rt->mu);
+            return hcb_error_set(err, HCB_ENOMEM,
+                                 "cannot grow the tap registry");
+        }
+        atomic_store_explicit(&rt->chunks[n / TARGET_CHUNK], chunk,
+                              memory_order_release);
+    }
+    slot = &chunk[n % TARGET_CHUNK];
+    slot->fn = t->fn;
+    slot->user = t->user;
+    len = t->name == NULL ? 0 : t->name_len;
+    if (len >= NAME_SIZE)
+        len = NAME_SIZE - 1;
+    if (len > 0)
+        memcpy(slot->name, t->name, len);
+    slot->name[len] = '\0';
+    atomic_store_explicit(&rt->ntargets, n + 1, memory_order_release);
+    hcb__mutex_unlock(&rt->mu);
+    *id = n + 1;
+    return HCB_OK;
+}
+
+/* ---- errors ------------------------------------------------------------- */
+
+void
+hcb_runtime_record_error(hcb_runtime *rt, hcb_device device,
+                         const hcb_error *error)
+{
+    channel *ch = channel_find(rt, device);
+
+    if (ch != NULL)
+        atomic_fetch_add_explicit(&ch->errors, 1, memory_order_relaxed);
+    hcb__mutex_lock(&rt->err_mu);
+    rt->pending_errors++;
+    rt->last_error = *error;
+    hcb__mutex_unlock(&rt->err_mu);
+}
+
+uint64_t
+hcb_runtime_take_error(hcb_runtime *rt, hcb_error *last)
+{
+    uint64_t n;
+
+    hcb__mutex_lock(&rt->err_mu);
+    n = rt->pending_errors;
+    if (n > 0 && last != NULL)
+        *last = rt->last_error;
+    rt->pending_errors = 0;
+    hcb__mutex_unlock(&rt->err_mu);
+    return n;
+}
+
+/* ---- the consumer ------------------------------------------------------- */
+
+static void
+deliver(channel *ch, hcb_record *rec)
+{
+    const target *t = target_get(ch->rt, rec->callback_id);
+    hcb_error err = {HCB_OK, ""};
+
+    if (t == NULL) {
+        hcb_error_set(&err, HCB_ENOTFOUND,
+                      "record for unknown tap id %llu dropped",
+                      (unsigned long long)rec->callback_id);
+    } else if (t->fn(t->user, rec, &err) != 0) {
+        if (err.code == HCB_OK)
+            hcb_error_set(&err, HCB_ECALLBACK, "tap function '%s' failed",
+                          t->name);
+    } else {
+        return;
+    }
+    hcb_runtime_record_error(ch->rt, ch->device, &err);
+}
+
+static void *
+consumer_main(void *arg)
+{
+    channel *ch = arg;
+    hcb_record *rec;
+
+    current_consumer = ch;
+    while ((rec = hcb__queue_pop(&ch->queue)) != NULL) {
+        size_t size = rec->size;
+
+        deliver(ch, rec);
+        hcb_record_release(rec);
+        hcb__queue_done(&ch->queue, size);
+    }
+    current_consumer = NULL;
+    return NULL;
+}
+
+/* Starts the channel's consumer unless it runs.  `recheck` skips the
+ * lock-free fast path: the caller saw the queue without a consumer, which
+ * can happen while a stop is joining the old one. */
+static int
+ensure_consumer(channel *ch, bool recheck, hcb_error *err)
+{
+    char name[16];
+    int rc = HCB_OK;
+
+    if (!recheck && atomic_load_explicit(&ch->running, memory_order_acquire))
+        return HCB_OK;
+    hcb__mutex_lock(&ch->lifecycle);
+    if (!atomic_load_explicit(&ch->running, memory_order_relaxed)) {
+        snprintf(name, sizeof name, "hcb-%s-%d",
+                 HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu"
+                                                                     : "gpu",
+                 (int)HCB_DEVICE_ORDINAL(ch->device));
+        hcb__queue_set_consumer_active(&ch->queue, true);
+        rc = hcb__thread_create(&ch->thread, name, consumer_main, ch);
+        if (rc == HCB_OK) {
+            atomic_store_explicit(&ch->running, true, memory_order_release);
+        } else {
+            hcb__queue_set_consumer_active(&ch->queue, false);
+            hcb_error_set(err, rc, "cannot start the consumer thread %s",
+                          name);
+        }
+    }
+    hcb__mutex_unlock(&ch->lifecycle);
+    return rc;
+}
+
+static void
+stop_channel(channel *ch)
+{
+    hcb__mutex_lock(&ch->lifecycle);
+    if (atomic_load_explicit(&ch->running, memory_order_relaxed)) {
+        hcb__queue_close(&ch->queue);
+        hcb__thread_join(ch->thread);
+        atomic_store_explicit(&ch->running, false, memory_order_release);
+        hcb__queue_reopen(&ch->queue);
+    }
+    hcb__mutex_unlock(&ch->lifecycle);
+}
+
+/* ---- public operations -------------------------------------------------- */
+
+int
+hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec, hcb_error *err)
+{
+    channel *ch;
+    int rc;
+
+    if (rec == NULL)
+        return hcb_error_set(err, HCB_EINVAL, "record is NULL");
+    ch = channel_get(rt, rec->device, err);
+    if (ch == NULL) {
+        hcb_record_release(rec);
+        return err != NULL ? err->code : HCB_ENOMEM;
+    }
+    if ((rc = ensure_consumer(ch, false, err)) != HCB_OK) {
+        hcb_record_release(rec);
+        return rc;
+    }
+    if (!hcb__queue_push(&ch->queue, rec, current_consumer == ch))
+        return ensure_consumer(ch, true, err);
+    return HCB_OK;
+}
+
+static int
+barrier_channel(channel *ch, hcb_error *err)
+{
+    int rc;
+
+    if (current_consumer == ch)
+        return hcb_error_set(err, HCB_EDEADLK,
+                             "barrier called from the consumer thread of "
+                             "the device it waits for");
+    if (hcb__queue_stranded(&ch->queue) &&
+        (rc = ensure_consumer(ch, true, err)) != HCB_OK)
+        return rc;
+    hcb__queue_wait_done(&ch->queue);
+    return HCB_OK;
+}
+
+int
+hcb_runtime_barrier(hcb_runtime *rt, hcb_device device, hcb_error *err)
+{
+    channel *ch;
+    size_t i;
+    int rc;
+
+    if (device != HCB_ALL_DEVICES) {
+        ch = channel_find(rt, device);
+        return ch == NULL ? HCB_OK : barrier_channel(ch, err);
+    }
+    for (i = 0; i < CHANNEL_SLOTS; i++) {
+        ch = atomic_load_explicit(&rt->slots[i], memory_order_acquire);
+        if (ch != NULL && (rc = barrier_channel(ch, err)) != HCB_OK)
+            return rc;
+    }
+    return HCB_OK;
+}
+
+int
+hcb_runtime_stop(hcb_runtime *rt, hcb_error *err)
+{
+    size_t i;
+
+    if (current_consumer != NULL)
+        return hcb_error_set(err, HCB_EDEADLK,
+                             "stop called from a consumer thread");
+    for (i = 0; i < CHANNEL_SLOTS; i++) {
+        channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_acquire);
+
+        if (ch != NULL)
+            stop_channel(ch);
+    }
+    return HCB_OK;
+}
+
+int
+hcb_runtime_set_max_queue_bytes(hcb_runtime *rt, size_t bytes,
+                                hcb_error *err)
+{
+    size_t i;
+
+    if (bytes == 0)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "queue bound must be positive, got 0");
+    hcb__mutex_lock(&rt->mu);
+    rt->max_queue_bytes = bytes;
+    for (i = 0; i < CHANNEL_SLOTS; i++) {
+        channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_relaxed);
+
+        if (ch != NULL)
+            hcb__queue_set_max_bytes(&ch->queue, bytes);
+    }
+    hcb__mutex_unlock(&rt->mu);
+    return HCB_OK;
+}
+
+static void
+add_stats(channel *ch, hcb_stats *s)
+{
+    hcb__queue *q = &ch->queue;
+
+    hcb__mutex_lock(&q->mu);
+    s->records_in += q->pushed;
+    s->bytes_in += q->bytes_in;
+    s->records_out += q->done;
+    s->bytes_out += q->bytes_out;
+    s->queued_records += q->pushed - q->done;
+    s->queued_bytes += q->bytes;
+    if (q->high_water > s->high_water_bytes)
+        s->high_water_bytes = q->high_water;
+    s->producer_waits += q->waits;
+    s->producer_wait_ns += q->wait_ns;
+    hcb__mutex_unlock(&q->mu);
+    s->errors += atomic_load_explicit(&ch->errors, memory_order_relaxed);
+    s->devices++;
+}
+
+int
+hcb_runtime_stats(hcb_runtime *rt, hcb_device device, hcb_stats *stats,
+                  hcb_error *err)
+{
+    size_t size, i;
+    channel *ch;
+
+    if (stats == NULL || stats->struct_size < sizeof(size_t))
+        return hcb_error_set(err, HCB_EINVAL, "stats needs struct_size");
+    size = stats->struct_size < sizeof *stats ? stats->struct_size
+                                              : sizeof *stats;
+    {
+        hcb_stats s = HCB_STATS_INIT;
+
+        if (device != HCB_ALL_DEVICES) {
+            ch = channel_find(rt, device);
+            if (ch == NULL)
+                return hcb_error_set(err, HCB_ENOTFOUND,
+                                     "device %d:%d has no queue",
+                                     (int)HCB_DEVICE_PLATFORM(device),
+                                     (int)HCB_DEVICE_ORDINAL(device));
+            add_stats(ch, &s);
+        } else {
+            for (i = 0; i < CHANNEL_SLOTS; i++) {
+                ch = atomic_load_explicit(&rt->slots[i],
+                                          memory_order_acquire);
+                if (ch != NULL)
+                    add_stats(ch, &s);
+            }
+        }
+        /* Copy only the fields the caller's struct has. */
+        s.struct_size = size;
+        memcpy(stats, &s, size);
+    }
+    return HCB_OK;
+}
+
+size_t
+hcb_runtime_devices(hcb_runtime *rt, hcb_device *out, size_t cap)
+{
+    size_t i, n = 0;
+
+    for (i = 0; i < CHANNEL_SLOTS; i++) {
+        channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_acquire);
+
+        if (ch == NULL)
+            continue;
+        if (n < cap && out != NULL)
+            out[n] = ch->device;
+        n++;
+    }
+    return n;
+}
+
+/* ---- creation and destruction ------------------------------------------- */
+
+int
+hcb_runtime_create(const hcb_runtime_options *options, hcb_runtime **out,
+                   hcb_error *err)
+{
+    hcb_runtime_options opts = HCB_RUNTIME_OPTIONS_INIT;
+    hcb_runtime *rt;
+    size_t i;
+
+    *out = NULL;
+    if (options != NULL) {
+        if (options->struct_size < sizeof opts)
+            return hcb_error_set(err, HCB_EINVAL,
+                                 "runtime options have struct_size %zu, "
+                                 "expected at least %zu",
+                                 options->struct_size, sizeof opts);
+        opts = *options;
+    }
+    if (opts.max_queue_bytes == 0)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "max_queue_bytes must be positive, got 0");
+    rt = hcb__calloc(1, sizeof *rt);
+    if (rt == NULL)
+        return hcb_error_set(err, HCB_ENOMEM, "cannot allocate a runtime");
+    rt->max_queue_bytes = opts.max_queue_bytes;
+    for (i = 0; i < CHANNEL_SLOTS; i++)
+        atomic_init(&rt->slots[i], NULL);
+    for (i = 0; i < TARGET_CHUNKS; i++)
+        atomic_init(&rt->chunks[i], NULL);
+    atomic_init(&rt->ntargets, 0);
+    if (hcb__mutex_init(&rt->mu) != HCB_OK) {
+        hcb__free(rt);
+        return hcb_error_set(err, HCB_ESYSTEM, "cannot create a mutex");
+    }
+    if (hcb__mutex_init(&rt->err_mu) != HCB_OK) {
+        hcb__mutex_destroy(&rt->mu);
+        hcb__free(rt);
+        return hcb_error_set(err, HCB_ESYSTEM, "cannot create a mutex");
+    }
+    *out = rt;
+    return HCB_OK;
+}
+
+void
+hcb_runtime_destroy(hcb_runtime *rt)
+{
+    size_t i;
+
+    if (rt == NULL)
+        return;
+    hcb_runtime_stop(rt, NULL);
+    for (i = 0; i < CHANNEL_SLOTS; i++) {
+        channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_relaxed);
+
+        if (ch != NULL)
+            channel_free(ch);
+    }
+    for (i = 0; i < TARGET_CHUNKS; i++)
+        hcb__free(atomic_load_explicit(&rt->chunks[i], memory_order_relaxed));
+    hcb__mutex_destroy(&rt->err_mu);
+    hcb__mutex_destroy(&rt->mu);
+    hcb__free(rt);
+}
+
+/* The default runtime is the one piece of process state the FFI handlers
+ * need: XLA calls them with no context of ours. */
+static hcb_runtime *default_runtime;
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+
+static void
+create_default(void)
+{
+    if (hcb_runtime_create(NULL, &default_runtime, NULL) != HCB_OK)
+        default_runtime = NULL;
+}
+
+hcb_runtime *
+hcb_runtime_default(void)
+{
+    pthread_once(&default_once, create_default);
+    return default_runtime;
+}

@@ -1,0 +1,143 @@
+/* frame.c - see frame.h. */
+#include "frame.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int32_t test_device_ordinal = 0;
+
+static XLA_FFI_Error *
+fake_error_create(XLA_FFI_Error_Create_Args *args)
+{
+    test_error *e = calloc(1, sizeof *e);
+
+    e->code = args->errc;
+    snprintf(e->message, sizeof e->message, "%s", args->message);
+    return (XLA_FFI_Error *)e;
+}
+
+static void
+fake_error_destroy(XLA_FFI_Error_Destroy_Args *args)
+{
+    free(args->error);
+}
+
+static XLA_FFI_Error *
+fake_device_ordinal(XLA_FFI_DeviceOrdinal_Get_Args *args)
+{
+    args->device_ordinal = test_device_ordinal;
+    return NULL;
+}
+
+static XLA_FFI_Api fake_api;
+
+void
+tf_init(test_frame *tf)
+{
+    memset(tf, 0, sizeof *tf);
+    fake_api.struct_size = sizeof fake_api;
+    fake_api.XLA_FFI_Error_Create = fake_error_create;
+    fake_api.XLA_FFI_Error_Destroy = fake_error_destroy;
+    fake_api.XLA_FFI_DeviceOrdinal_Get = fake_device_ordinal;
+    tf->frame.struct_size = sizeof tf->frame;
+    tf->frame.api = &fake_api;
+    tf->frame.stage = XLA_FFI_ExecutionStage_EXECUTE;
+    tf->frame.args.types = tf->arg_types;
+    tf->frame.args.args = tf->arg_ptrs;
+    tf->frame.rets.types = tf->ret_types;
+    tf->frame.rets.rets = tf->ret_ptrs;
+    tf->frame.attrs.types = tf->attr_types;
+    tf->frame.attrs.names = tf->name_ptrs;
+    tf->frame.attrs.attrs = tf->attr_ptrs;
+}
+
+void
+tf_add_buffer(test_frame *tf, XLA_FFI_DataType dtype, void *data,
+              int64_t rank, int64_t *dims, void *ret_data)
+{
+    int64_t i = tf->frame.args.size++;
+
+    tf->frame.rets.size++;
+    tf->args[i] = (XLA_FFI_Buffer){XLA_FFI_Buffer_STRUCT_SIZE, NULL, dtype,
+                                   data, rank, dims};
+    tf->rets[i] = tf->args[i];
+    if (ret_data != NULL)
+        tf->rets[i].data = ret_data;
+    tf->arg_ptrs[i] = &tf->args[i];
+    tf->ret_ptrs[i] = &tf->rets[i];
+    tf->arg_types[i] = XLA_FFI_ArgType_BUFFER;
+    tf->ret_types[i] = XLA_FFI_RetType_BUFFER;
+}
+
+static void
+add_scalar(test_frame *tf, const char *name, XLA_FFI_DataType dtype,
+           void *value)
+{
+    int64_t i = tf->frame.attrs.size++;
+
+    tf->names[i] = (XLA_FFI_ByteSpan){name, strlen(name)};
+    tf->name_ptrs[i] = &tf->names[i];
+    tf->attr_types[i] = XLA_FFI_AttrType_SCALAR;
+    tf->scalars[i] = (XLA_FFI_Scalar){dtype, value};
+    tf->attr_ptrs[i] = &tf->scalars[i];
+}
+
+void
+tf_add_u64(test_frame *tf, const char *name, uint64_t v)
+{
+    int64_t i = tf->frame.attrs.size;
+
+    tf->u64_values[i] = v;
+    add_scalar(tf, name, XLA_FFI_DataType_U64, &tf->u64_values[i]);
+}
+
+void
+tf_add_i64(test_frame *tf, const char *name, int64_t v)
+{
+    int64_t i = tf->frame.attrs.size;
+
+    tf->i64_values[i] = v;
+    add_scalar(tf, name, XLA_FFI_DataType_S64, &tf->i64_values[i]);
+}
+
+int
+tf_error_code(XLA_FFI_Error *e, char *msg, size_t cap)
+{
+    test_error *te = (test_error *)e;
+    int code;
+
+    if (te == NULL) {
+        if (msg != NULL && cap > 0)
+            msg[0] = '\0';
+        return 0;
+    }
+    code = (int)te->code;
+    if (msg != NULL)
+        snprintf(msg, cap, "%s", te->message);
+    free(te);
+    return code;
+}
+
+int
+tf_probe(XLA_FFI_Handler *handler)
+{
+    XLA_FFI_Metadata md;
+    XLA_FFI_Metadata_Extension ext;
+    XLA_FFI_CallFrame frame;
+
+    memset(&md, 0, sizeof md);
+    memset(&frame, 0, sizeof frame);
+    md.struct_size = XLA_FFI_Metadata_STRUCT_SIZE;
+    md.api_version.minor_version = -1;
+    ext.extension_base.struct_size = XLA_FFI_Metadata_Extension_STRUCT_SIZE;
+    ext.extension_base.type = XLA_FFI_Extension_Metadata;
+    ext.extension_base.next = NULL;
+    ext.metadata = &md;
+    frame.struct_size = sizeof frame;
+    frame.extension_start = &ext.extension_base;
+    frame.stage = XLA_FFI_ExecutionStage_EXECUTE;
+    if (handler(&frame) != NULL)
+        return -2;
+    return md.api_version.major_version == 0 ? md.api_version.minor_version
+                                             : -1;
+}

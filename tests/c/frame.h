@@ -1,0 +1,51 @@
+/*
+ * frame.h - hand-built XLA FFI call frames for the handler tests, with a
+ * minimal fake XLA_FFI_Api (errors and the device ordinal).
+ */
+#ifndef HCB_TEST_FRAME_H
+#define HCB_TEST_FRAME_H
+
+#include "hcb/ffi.h"
+
+#define TF_MAX 8
+
+typedef struct test_frame {
+    XLA_FFI_CallFrame frame;
+    XLA_FFI_Buffer args[TF_MAX], rets[TF_MAX];
+    void *arg_ptrs[TF_MAX], *ret_ptrs[TF_MAX];
+    XLA_FFI_ArgType arg_types[TF_MAX];
+    XLA_FFI_RetType ret_types[TF_MAX];
+    XLA_FFI_ByteSpan names[TF_MAX];
+    XLA_FFI_ByteSpan *name_ptrs[TF_MAX];
+    XLA_FFI_AttrType attr_types[TF_MAX];
+    XLA_FFI_Scalar scalars[TF_MAX];
+    void *attr_ptrs[TF_MAX];
+    uint64_t u64_values[TF_MAX];
+    int64_t i64_values[TF_MAX];
+} test_frame;
+
+/* The fake API: errors are heap objects holding code and message. */
+typedef struct test_error {
+    XLA_FFI_Error_Code code;
+    char message[512];
+} test_error;
+
+extern int32_t test_device_ordinal; /* what DeviceOrdinal_Get reports */
+
+void tf_init(test_frame *tf);
+/* Adds an operand/result pair; the result aliases the operand unless
+ * `ret_data` is given. */
+void tf_add_buffer(test_frame *tf, XLA_FFI_DataType dtype, void *data,
+                   int64_t rank, int64_t *dims, void *ret_data);
+/* Attributes must be added in sorted name order, as XLA sorts them. */
+void tf_add_u64(test_frame *tf, const char *name, uint64_t v);
+void tf_add_i64(test_frame *tf, const char *name, int64_t v);
+
+/* Reads and frees an error a handler returned (NULL: success -> 0). */
+int tf_error_code(XLA_FFI_Error *e, char *msg, size_t cap);
+
+/* Runs the metadata probe on `handler` and returns the minor version it
+ * reported (or -1 if it did not answer). */
+int tf_probe(XLA_FFI_Handler *handler);
+
+#endif

@@ -1,0 +1,221 @@
+/* test_ffi_tap.c - the hcb_tap handler fed hand-built call frames. */
+#include "testutil.h"
+
+#include "frame.h"
+#include "runtime.h"
+
+static hcb_runtime *rt;
+static tu_sink *sink;
+static uint64_t sink_id;
+
+/* Records the last record's arrays for inspection. */
+static float last_f32[8];
+static int64_t last_dims[2];
+static size_t last_nargs;
+
+static int
+capture(void *user, hcb_record *rec, hcb_error *err)
+{
+    const hcb_array *a = hcb_record_args(rec);
+
+    last_nargs = hcb_record_nargs(rec);
+    if (last_nargs > 0 && a[0].dtype == HCB_F32 && a[0].nbytes <= 32) {
+        memcpy(last_f32, a[0].data, a[0].nbytes);
+        last_dims[0] = a[0].rank > 0 ? a[0].dims[0] : -1;
+    }
+    return tu_sink_fn(user, rec, err);
+}
+
+static int
+setup(void **state)
+{
+    hcb_tap_target t = HCB_TAP_TARGET_INIT;
+
+    (void)state;
+    assert_int_equal(hcb_runtime_create(NULL, &rt, NULL), HCB_OK);
+    sink = tu_sink_new();
+    t.fn = capture;
+    t.user = sink;
+    assert_int_equal(hcb_runtime_register_tap(rt, &t, &sink_id, NULL), HCB_OK);
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    (void)state;
+    hcb_runtime_destroy(rt);
+    tu_sink_free(sink);
+    return 0;
+}
+
+static int
+run(test_frame *tf, char *msg)
+{
+    return tf_error_code(hcb__ffi_tap_execute(rt, &tf->frame), msg, 512);
+}
+
+static void
+test_answers_metadata_probe_with_0_3(void **state)
+{
+    (void)state;
+    assert_int_equal(tf_probe(hcb_ffi_tap), 3);
+}
+
+static void
+test_good_frame_taps_and_aliases(void **state)
+{
+    float x[3] = {1.5f, 2.5f, 3.5f};
+    int32_t y[2] = {7, 8};
+    int64_t dx[1] = {3}, dy[1] = {2};
+    test_frame tf;
+    char msg[512];
+    size_t before = tu_sink_count(sink);
+
+    (void)state;
+    tf_init(&tf);
+    test_device_ordinal = 5;
+    tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, dx, NULL);
+    tf_add_buffer(&tf, XLA_FFI_DataType_S32, y, 1, dy, NULL);
+    tf_add_u64(&tf, "callback_id", sink_id);
+    tf_add_i64(&tf, "ntapped", 1); /* y passes through, is not sent */
+    assert_int_equal(run(&tf, msg), 0);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(tu_sink_count(sink), before + 1);
+    assert_int_equal(last_nargs, 1);
+    assert_int_equal(last_dims[0], 3);
+    assert_true(last_f32[2] == 3.5f);
+    assert_int_equal(HCB_DEVICE_ORDINAL(sink->device[before]), 5);
+    assert_int_equal(HCB_DEVICE_PLATFORM(sink->device[before]),
+                     HCB_PLATFORM_CPU);
+    test_device_ordinal = 0;
+}
+
+static void
+test_unaliased_result_is_copied(void **state)
+{
+    float x[2] = {4, 5}, out[2] = {0, 0};
+    int64_t d[1] = {2};
+    test_frame tf;
+    char msg[512];
+
+    (void)state;
+    tf_init(&tf);
+    tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, d, out);
+    tf_add_u64(&tf, "callback_id", sink_id);
+    tf_add_i64(&tf, "ntapped", 1);
+    assert_int_equal(run(&tf, msg), 0);
+    assert_true(out[0] == 4 && out[1] == 5);
+    hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL);
+}
+
+static void
+test_zero_operands(void **state)
+{
+    test_frame tf;
+    char msg[512];
+    size_t before = tu_sink_count(sink);
+
+    (void)state;
+    tf_init(&tf);
+    tf_add_u64(&tf, "callback_id", sink_id);
+    tf_add_i64(&tf, "ntapped", 0);
+    assert_int_equal(run(&tf, msg), 0);
+    hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL);
+    assert_int_equal(tu_sink_count(sink), before + 1);
+    assert_int_equal(last_nargs, 0);
+}
+
+static void
+test_malformed_frames_fail_cleanly(void **state)
+{
+    float x[1] = {1};
+    int64_t d[1] = {1};
+    test_frame tf;
+    char msg[512];
+
+    (void)state;
+    /* Wrong stage. */
+    tf_init(&tf);
+    tf.frame.stage = XLA_FFI_ExecutionStage_PREPARE;
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    assert_string_equal(msg,
+                        "handler 'hcb_tap' called at stage 1, expected 3");
+
+    /* Missing attribute. */
+    tf_init(&tf);
+    tf_add_i64(&tf, "ntapped", 0);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    assert_string_equal(msg, "hcb_tap: missing attribute 'callback_id'");
+
+    /* Attribute of the wrong type. */
+    tf_init(&tf);
+    tf_add_i64(&tf, "callback_id", 1);
+    tf_add_i64(&tf, "ntapped", 0);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    assert_string_equal(msg, "hcb_tap: attribute 'callback_id' has the "
+                             "wrong type: expected a uint64 scalar");
+
+    /* ntapped out of range. */
+    tf_init(&tf);
+    tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, d, NULL);
+    tf_add_u64(&tf, "callback_id", sink_id);
+    tf_add_i64(&tf, "ntapped", 2);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    assert_string_equal(msg, "hcb_tap: ntapped is 2, expected 0..1");
+
+    /* Results that do not pair with operands. */
+    tf_init(&tf);
+    tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, d, NULL);
+    tf.frame.rets.size = 0;
+    tf_add_u64(&tf, "callback_id", sink_id);
+    tf_add_i64(&tf, "ntapped", 1);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "1 operands but 0 results"));
+
+    /* A token operand cannot be tapped. */
+    tf_init(&tf);
+    tf_add_buffer(&tf, XLA_FFI_DataType_TOKEN, NULL, 0, NULL, NULL);
+    tf_add_u64(&tf, "callback_id", sink_id);
+    tf_add_i64(&tf, "ntapped", 1);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_UNIMPLEMENTED);
+    assert_string_equal(
+        msg, "hcb_tap: operand 0: unsupported buffer type token (XLA type 17)");
+}
+
+static void
+test_out_of_memory_is_an_error(void **state)
+{
+    float x[4] = {1, 2, 3, 4};
+    int64_t d[1] = {4};
+    test_frame tf;
+    char msg[512];
+
+    (void)state;
+    tu_install_allocator();
+    tf_init(&tf);
+    tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, d, NULL);
+    tf_add_u64(&tf, "callback_id", sink_id);
+    tf_add_i64(&tf, "ntapped", 1);
+    tu_fail_alloc_after(0);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(msg, "hcb_tap: cannot allocate"));
+    tu_fail_alloc_after(-1);
+    assert_int_equal(run(&tf, msg), 0); /* and the next one works */
+    hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL);
+    hcb_set_allocator(NULL);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_answers_metadata_probe_with_0_3),
+        cmocka_unit_test(test_good_frame_taps_and_aliases),
+        cmocka_unit_test(test_unaliased_result_is_copied),
+        cmocka_unit_test(test_zero_operands),
+        cmocka_unit_test(test_malformed_frames_fail_cleanly),
+        cmocka_unit_test(test_out_of_memory_is_an_error),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,184 @@
+/* test_queue.c - the bounded FIFO: order, back-pressure, oversized records,
+ * wait_done, close. */
+#include "testutil.h"
+
+#include "queue.h"
+
+typedef struct consumer_ctx {
+    hcb__queue *q;
+    long delay_us;
+    int32_t seen[4096];
+    size_t n;
+} consumer_ctx;
+
+static void *
+consume(void *arg)
+{
+    consumer_ctx *c = arg;
+    hcb_record *rec;
+
+    while ((rec = hcb__queue_pop(c->q)) != NULL) {
+        size_t size = rec->size;
+
+        memcpy(&c->seen[c->n++], rec->args[0].data, sizeof(int32_t));
+        if (c->delay_us > 0)
+            tu_sleep_us(c->delay_us);
+        hcb_record_release(rec);
+        hcb__queue_done(c->q, size);
+    }
+    return NULL;
+}
+
+static void
+start(consumer_ctx *c, pthread_t *t)
+{
+    hcb__queue_set_consumer_active(c->q, true);
+    assert_int_equal(pthread_create(t, NULL, consume, c), 0);
+}
+
+static void
+finish(consumer_ctx *c, pthread_t t)
+{
+    hcb__queue_close(c->q);
+    pthread_join(t, NULL);
+}
+
+static void
+test_fifo_order(void **state)
+{
+    hcb__queue q;
+    consumer_ctx *c = calloc(1, sizeof *c);
+    pthread_t t;
+    int32_t i;
+
+    (void)state;
+    assert_int_equal(hcb__queue_init(&q, 1 << 20), HCB_OK);
+    c->q = &q;
+    for (i = 0; i < 100; i++)
+        assert_false(hcb__queue_push(&q, tu_record(1, 0, i, 1), false));
+    start(c, &t);
+    finish(c, t);
+    assert_int_equal(c->n, 100);
+    for (i = 0; i < 100; i++)
+        assert_int_equal(c->seen[i], i);
+    assert_int_equal(q.bytes, 0);
+    hcb__queue_destroy(&q);
+    free(c);
+}
+
+static void
+test_backpressure_tiny_bound_slow_consumer(void **state)
+{
+    hcb__queue q;
+    consumer_ctx *c = calloc(1, sizeof *c);
+    hcb_record *probe = tu_record(1, 0, 0, 16);
+    size_t rsize = probe->size;
+    pthread_t t;
+    int32_t i;
+
+    (void)state;
+    hcb_record_release(probe);
+    /* Room for two records: the producer must wait for the consumer. */
+    assert_int_equal(hcb__queue_init(&q, 2 * rsize), HCB_OK);
+    c->q = &q;
+    c->delay_us = 200;
+    start(c, &t);
+    for (i = 0; i < 300; i++) {
+        hcb__queue_push(&q, tu_record(1, 0, i, 16), false);
+        assert_true(q.high_water <= 2 * rsize);
+    }
+    finish(c, t);
+    assert_int_equal(c->n, 300); /* nothing lost */
+    for (i = 0; i < 300; i++)
+        assert_int_equal(c->seen[i], i);
+    assert_true(q.waits > 0);
+    assert_true(q.wait_ns > 0);
+    assert_int_equal(q.pushed, 300);
+    assert_int_equal(q.done, 300);
+    hcb__queue_destroy(&q);
+    free(c);
+}
+
+static void
+test_oversized_record_passes_alone(void **state)
+{
+    hcb__queue q;
+    consumer_ctx *c = calloc(1, sizeof *c);
+    pthread_t t;
+
+    (void)state;
+    assert_int_equal(hcb__queue_init(&q, 16), HCB_OK); /* < any record */
+    c->q = &q;
+    c->delay_us = 1000;
+    start(c, &t);
+    hcb__queue_push(&q, tu_record(1, 0, 1, 1000), false);
+    hcb__queue_push(&q, tu_record(1, 0, 2, 1000), false); /* waits */
+    hcb__queue_push(&q, tu_record(1, 0, 3, 1000), false);
+    /* Never two at once: the high-water mark is one record. */
+    assert_true(q.high_water < 2 * 4000);
+    finish(c, t);
+    assert_int_equal(c->n, 3);
+    assert_int_equal(c->seen[2], 3);
+    hcb__queue_destroy(&q);
+    free(c);
+}
+
+static void
+test_wait_done_waits_for_consumption(void **state)
+{
+    hcb__queue q;
+    consumer_ctx *c = calloc(1, sizeof *c);
+    pthread_t t;
+    int32_t i;
+
+    (void)state;
+    assert_int_equal(hcb__queue_init(&q, 1 << 20), HCB_OK);
+    c->q = &q;
+    c->delay_us = 500;
+    start(c, &t);
+    for (i = 0; i < 20; i++)
+        hcb__queue_push(&q, tu_record(1, 0, i, 1), false);
+    hcb__queue_wait_done(&q);
+    assert_int_equal(c->n, 20); /* read by this thread after the barrier */
+    finish(c, t);
+    hcb__queue_destroy(&q);
+    free(c);
+}
+
+static void
+test_close_reports_inactive_consumer(void **state)
+{
+    hcb__queue q;
+    consumer_ctx *c = calloc(1, sizeof *c);
+    pthread_t t;
+
+    (void)state;
+    assert_int_equal(hcb__queue_init(&q, 1 << 20), HCB_OK);
+    c->q = &q;
+    start(c, &t);
+    assert_true(hcb__queue_push(&q, tu_record(1, 0, 7, 1), false));
+    finish(c, t);
+    hcb__queue_reopen(&q);
+    /* No consumer now: a push says so, and the record waits (stranded). */
+    assert_false(hcb__queue_push(&q, tu_record(1, 0, 8, 1), false));
+    assert_true(hcb__queue_stranded(&q));
+    start(c, &t);
+    finish(c, t);
+    assert_int_equal(c->n, 2);
+    assert_int_equal(c->seen[1], 8);
+    hcb__queue_destroy(&q);
+    free(c);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fifo_order),
+        cmocka_unit_test(test_backpressure_tiny_bound_slow_consumer),
+        cmocka_unit_test(test_oversized_record_passes_alone),
+        cmocka_unit_test(test_wait_done_waits_for_consumption),
+        cmocka_unit_test(test_close_reports_inactive_consumer),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,132 @@
+/* test_record.c - one allocation, one copy, validation, refcounts, OOM. */
+#include "testutil.h"
+
+#include "record.h"
+
+static void
+test_copies_arrays_aligned(void **state)
+{
+    float a[3] = {1, 2, 3};
+    uint8_t b[5] = {9, 8, 7, 6, 5};
+    int64_t da[1] = {3}, db[2] = {1, 5};
+    hcb_array in[2] = {{HCB_F32, 1, da, a, sizeof a},
+                       {HCB_U8, 2, db, b, sizeof b}};
+    hcb_record *rec = NULL;
+    const hcb_array *out;
+
+    (void)state;
+    assert_int_equal(hcb_record_create(42, HCB_DEVICE(0, 3), in, 2, &rec,
+                                       NULL),
+                     HCB_OK);
+    assert_int_equal(hcb_record_callback_id(rec), 42);
+    assert_int_equal(HCB_DEVICE_ORDINAL(hcb_record_device(rec)), 3);
+    assert_int_equal(hcb_record_nargs(rec), 2);
+    out = hcb_record_args(rec);
+    assert_ptr_not_equal(out[0].data, a); /* a copy */
+    a[0] = 100;                           /* the producer's buffer moves on */
+    assert_memory_equal(out[1].data, b, sizeof b);
+    assert_true(((float *)out[0].data)[0] == 1.0f);
+    assert_int_equal(out[1].dims[1], 5);
+    assert_int_equal((uintptr_t)out[0].data % HCB__PAYLOAD_ALIGN, 0);
+    assert_int_equal((uintptr_t)out[1].data % HCB__PAYLOAD_ALIGN, 0);
+    assert_true(hcb_record_size(rec) >= sizeof a + sizeof b);
+    hcb_record_release(rec);
+}
+
+static void
+test_zero_args_and_zero_size(void **state)
+{
+    int64_t dims[2] = {0, 4};
+    hcb_array empty = {HCB_F32, 2, dims, NULL, 0};
+    hcb_record *rec = NULL;
+
+    (void)state;
+    assert_int_equal(hcb_record_create(1, 0, NULL, 0, &rec, NULL), HCB_OK);
+    assert_int_equal(hcb_record_nargs(rec), 0);
+    hcb_record_release(rec);
+    assert_int_equal(hcb_record_create(1, 0, &empty, 1, &rec, NULL), HCB_OK);
+    assert_int_equal(hcb_record_args(rec)[0].nbytes, 0);
+    assert_int_equal(hcb_record_args(rec)[0].dims[0], 0);
+    hcb_record_release(rec);
+}
+
+static void
+test_rejects_malformed_views(void **state)
+{
+    int32_t x[4] = {0};
+    int64_t dims[1] = {4}, neg[1] = {-1};
+    hcb_array bad_bytes = {HCB_S32, 1, dims, x, 15};
+    hcb_array bad_type = {HCB_TOKEN, 0, NULL, x, 0};
+    hcb_array bad_dim = {HCB_S32, 1, neg, x, 0};
+    hcb_array no_data = {HCB_S32, 1, dims, NULL, 16};
+    hcb_record *rec = (hcb_record *)1;
+    hcb_error err;
+
+    (void)state;
+    assert_int_equal(hcb_record_create(1, 0, &bad_bytes, 1, &rec, &err),
+                     HCB_EINVAL);
+    assert_null(rec);
+    assert_string_equal(err.message,
+                        "argument 0 claims 15 bytes, its shape holds 16");
+    assert_int_equal(hcb_record_create(1, 0, &bad_type, 1, &rec, &err),
+                     HCB_EINVAL);
+    assert_non_null(strstr(err.message, "unsupported type token"));
+    assert_int_equal(hcb_record_create(1, 0, &bad_dim, 1, &rec, &err),
+                     HCB_EINVAL);
+    assert_int_equal(hcb_record_create(1, 0, &no_data, 1, &rec, &err),
+                     HCB_EINVAL);
+    assert_int_equal(hcb_record_create(1, 0, NULL, 2, &rec, &err),
+                     HCB_EINVAL);
+}
+
+static void
+test_refcount(void **state)
+{
+    hcb_record *rec;
+    long before;
+
+    (void)state;
+    tu_install_allocator();
+    before = atomic_load(&tu_live_allocs);
+    rec = tu_record(1, 0, 5, 10);
+    hcb_record_retain(rec);
+    hcb_record_release(rec);
+    assert_int_equal(atomic_load(&tu_live_allocs), before + 1);
+    hcb_record_release(rec);
+    assert_int_equal(atomic_load(&tu_live_allocs), before);
+    hcb_record_release(NULL);
+    hcb_set_allocator(NULL);
+}
+
+static void
+test_out_of_memory(void **state)
+{
+    int32_t x[4] = {1, 2, 3, 4};
+    int64_t dims[1] = {4};
+    hcb_array a = {HCB_S32, 1, dims, x, sizeof x};
+    hcb_record *rec = NULL;
+    hcb_error err;
+
+    (void)state;
+    tu_install_allocator();
+    tu_fail_alloc_after(0);
+    assert_int_equal(hcb_record_create(1, 0, &a, 1, &rec, &err), HCB_ENOMEM);
+    assert_null(rec);
+    assert_non_null(strstr(err.message, "cannot allocate"));
+    assert_int_equal(hcb_record_create(1, 0, &a, 1, &rec, &err), HCB_OK);
+    hcb_record_release(rec);
+    hcb_set_allocator(NULL);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_copies_arrays_aligned),
+        cmocka_unit_test(test_zero_args_and_zero_size),
+        cmocka_unit_test(test_rejects_malformed_views),
+        cmocka_unit_test(test_refcount),
+        cmocka_unit_test(test_out_of_memory),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,154 @@
+/*
+ * testutil.h - helpers shared by the C tests: a failing allocator and a
+ * recording tap target.
+ */
+#ifndef HCB_TESTUTIL_H
+#define HCB_TESTUTIL_H
+
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "hcb/hcb.h"
+
+/* ---- a failing allocator: the k-th allocation from now fails ----------- */
+
+static atomic_long tu_alloc_countdown = -1; /* -1: never fail */
+static atomic_long tu_live_allocs = 0;
+
+static inline void *
+tu_alloc(void *user, size_t size)
+{
+    long k;
+
+    (void)user;
+    k = atomic_fetch_sub(&tu_alloc_countdown, 1);
+    if (k == 0)
+        return NULL;
+    if (k < 0)
+        atomic_store(&tu_alloc_countdown, -1);
+    atomic_fetch_add(&tu_live_allocs, 1);
+    return malloc(size);
+}
+
+static inline void
+tu_free(void *user, void *ptr)
+{
+    (void)user;
+    atomic_fetch_sub(&tu_live_allocs, 1);
+    free(ptr);
+}
+
+static inline void
+tu_install_allocator(void)
+{
+    hcb_allocator a = {sizeof a, tu_alloc, tu_free, NULL};
+
+    hcb_set_allocator(&a);
+}
+
+/* Fail the k-th allocation from now (0 = the next one). */
+static inline void
+tu_fail_alloc_after(long k)
+{
+    atomic_store(&tu_alloc_countdown, k);
+}
+
+static inline void
+tu_sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+
+    nanosleep(&ts, NULL);
+}
+
+/* ---- a recording tap target -------------------------------------------- */
+
+#define TU_MAX_SEEN 200000
+
+typedef struct tu_sink {
+    pthread_mutex_t mu;
+    size_t n;
+    int32_t first_value[TU_MAX_SEEN]; /* first int32 of arg 0, or -1 */
+    hcb_device device[TU_MAX_SEEN];
+    long delay_us;                    /* sleep per record: a slow consumer */
+    int fail_on;                      /* return an error for this value */
+} tu_sink;
+
+static inline int
+tu_sink_fn(void *user, hcb_record *rec, hcb_error *err)
+{
+    tu_sink *s = user;
+    int32_t v = -1;
+
+    if (hcb_record_nargs(rec) > 0 && hcb_record_args(rec)[0].nbytes >= 4)
+        memcpy(&v, hcb_record_args(rec)[0].data, sizeof v);
+    if (s->delay_us > 0)
+        tu_sleep_us(s->delay_us);
+    pthread_mutex_lock(&s->mu);
+    if (s->n < TU_MAX_SEEN) {
+        s->first_value[s->n] = v;
+        s->device[s->n] = hcb_record_device(rec);
+    }
+    s->n++;
+    pthread_mutex_unlock(&s->mu);
+    if (s->fail_on >= 0 && v == s->fail_on)
+        return hcb_error_set(err, HCB_ECALLBACK, "sink refused value %d", v);
+    return 0;
+}
+
+static inline tu_sink *
+tu_sink_new(void)
+{
+    tu_sink *s = calloc(1, sizeof *s);
+
+    pthread_mutex_init(&s->mu, NULL);
+    s->fail_on = -1;
+    return s;
+}
+
+static inline void
+tu_sink_free(tu_sink *s)
+{
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static inline size_t
+tu_sink_count(tu_sink *s)
+{
+    size_t n;
+
+    pthread_mutex_lock(&s->mu);
+    n = s->n;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+/* A record of one int32[count] array filled with `value`. */
+static inline hcb_record *
+tu_record(uint64_t id, hcb_device dev, int32_t value, size_t count)
+{
+    int32_t *data = malloc(count * sizeof *data);
+    int64_t dims[1] = {(int64_t)count};
+    hcb_array a = {HCB_S32, 1, dims, data, count * sizeof *data};
+    hcb_record *rec = NULL;
+    size_t i;
+
+    for (i = 0; i < count; i++)
+        data[i] = value;
+    assert_int_equal(hcb_record_create(id, dev, &a, 1, &rec, NULL), HCB_OK);
+    free(data);
+    return rec;
+}
+
+#endif
