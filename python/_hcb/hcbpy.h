@@ -40,6 +40,8 @@ typedef struct hcb_py_target {
 
 /* tap.c */
 int hcb_py_tap(void *user, hcb_record *rec, hcb_error *err);
+/* True while this thread runs a Python tap function. */
+int hcb_py_in_tap(void);
 PyType_Spec *hcb_py_owner_spec(void);
 
 #endif /* HCB_PY_H */

@@ -296,7 +296,17 @@ hcb_take_error(PyObject *module, PyObject *unused)
     return Py_BuildValue("(Ks)", (unsigned long long)n, last.message);
 }
 
+static PyObject *
+hcb_in_tap(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(hcb_py_in_tap());
+}
+
 static PyMethodDef hcb_methods[] = {
+    {"in_tap", hcb_in_tap, METH_NOARGS,
+     "in_tap() -> whether this thread is running a tap function."},
     {"configure", hcb_configure, METH_VARARGS,
      "configure(dtypes, device_lookup, on_error): set the Python hooks."},
     {"register_tap", hcb_register_tap, METH_VARARGS,

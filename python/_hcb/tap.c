@@ -21,6 +21,16 @@
 #define HCB_PY_FINALIZING() _Py_IsFinalizing()
 #endif
 
+/* Set while this thread is inside a tap function (barrier_wait uses it to
+ * refuse waiting for itself). */
+static _Thread_local int in_tap;
+
+int
+hcb_py_in_tap(void)
+{
+    return in_tap;
+}
+
 /* ---- RecordOwner: the base object of the numpy arrays of one record ---- */
 
 typedef struct {
@@ -252,7 +262,9 @@ hcb_py_tap(void *user, hcb_record *rec, hcb_error *err)
                              "interpreter is shutting down",
                              t->name);
     gil = PyGILState_Ensure();
+    in_tap = 1;
     result = call_site(t->state, t->site, rec);
+    in_tap = 0;
     if (result == NULL)
         rc = report_exception(t, err);
     Py_XDECREF(result);

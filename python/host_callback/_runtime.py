@@ -163,7 +163,7 @@ def site_id(site: TapSite) -> int:
     found = _state.site_ids.get(site)
     if found is None:
       name = getattr(site.func, "__qualname__", None) or repr(site.func)
-      found = _hcb.register_tap(tuple(site), str(name))
+      found = _hcb.register_tap(site, str(name))
       _state.site_ids[site] = found
     return found
 
@@ -171,6 +171,13 @@ def site_id(site: TapSite) -> int:
 @jax.jit
 def _touch(x: jax.Array) -> jax.Array:
   return x + 1
+
+
+def _refuse_inside_tap(what: str) -> None:
+  if _hcb.in_tap():
+    raise RuntimeError(
+        f"{what} was called from inside a tap function; it would wait for "
+        "the very thread that runs it. Call it from the main program.")
 
 
 def _wait_for_devices() -> None:
@@ -200,26 +207,32 @@ def barrier_wait(logging_name: str | None = None) -> None:
     RuntimeError: called from inside a tap function (it would wait for
       itself).
   """
+  _refuse_inside_tap("barrier_wait")
   name = logging_name or ""
   logger.debug("barrier_wait[%s]: start", name)
   if _state.handlers_registered:
     _wait_for_devices()
     _hcb.barrier()
   logger.debug("barrier_wait[%s]: done", name)
-  _hcb.take_error()  # the runtime's copy; the exception object is ours
+  # The runtime counts every failed tap; the Python hook keeps the
+  # exception object.  Prefer the object, but never lose an error the hook
+  # could not record (e.g. the hook itself failed).
+  count, message = _hcb.take_error()
   with _state.lock:
     last, _state.last_exception = _state.last_exception, None
+  prefix = "There were exceptions during callback processing. Last one was: "
   if last is not None:
     exc, formatted = last
-    raise CallbackException(
-        "There were exceptions during callback processing. "
-        f"Last one was: {formatted}") from exc
+    raise CallbackException(prefix + formatted) from exc
+  if count:
+    raise CallbackException(prefix + message)
 
 
 def stop_outfeed_receiver() -> None:
   """Waits for every pending callback, then stops the runtime's consumer
   threads.  The next tap starts them again.  Exceptions of tap functions
   stay recorded for the next :func:`barrier_wait`."""
+  _refuse_inside_tap("stop_outfeed_receiver")
   if _state.handlers_registered:
     _wait_for_devices()
   _hcb.stop()

@@ -101,9 +101,9 @@ def _tap_dce_rule(used_outputs: list[bool], eqn: jax_core.JaxprEqn
 def _keep_tapping_containers(rule: Callable[..., Any]) -> Callable[..., Any]:
   def rule_keeping_taps(used_outputs: list[bool], eqn: jax_core.JaxprEqn):
     if not any(used_outputs) and _eqn_holds_tap(eqn):
-      # Pretend one output is used: the container stays, and its own rule
-      # runs DCE inside the body, where _tap_dce_rule keeps the taps.
-      used_outputs = [True] * len(used_outputs)
+      # Nothing downstream needs the container, but its taps must run:
+      # keep it whole (XLA still removes dead code that is not a tap).
+      return [True] * len(eqn.invars), eqn
     return rule(used_outputs, eqn)
 
   rule_keeping_taps.__wrapped__ = rule  # type: ignore[attr-defined]

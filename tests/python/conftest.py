@@ -1,0 +1,60 @@
+"""Shared fixtures: a thread-safe collector of tap calls, and a helper that
+runs a Python snippet in a fresh interpreter (for settings that must be in
+place before JAX or host_callback initialise)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from typing import Any
+
+import pytest
+
+import host_callback as hcb
+
+
+class Collector:
+  """A tap function that records (arg, transforms, device) per call."""
+
+  def __init__(self) -> None:
+    self.lock = threading.Lock()
+    self.calls: list[tuple[Any, Any, Any]] = []
+    self.threads: set[int] = set()
+
+  def __call__(self, arg: Any, transforms: Any, *, device: Any = None) -> None:
+    with self.lock:
+      self.calls.append((arg, transforms, device))
+      self.threads.add(threading.get_ident())
+
+  @property
+  def args(self) -> list[Any]:
+    with self.lock:
+      return [c[0] for c in self.calls]
+
+
+@pytest.fixture
+def collect() -> Collector:
+  return Collector()
+
+
+@pytest.fixture(autouse=True)
+def clean_barrier():
+  """Every test starts and ends with no pending taps or exceptions."""
+  try:
+    hcb.barrier_wait("test setup")
+  except hcb.CallbackException:
+    pass
+  yield
+  hcb.barrier_wait("test teardown")
+
+
+def run_python(code: str, env: dict[str, str] | None = None,
+               timeout: float = 240) -> subprocess.CompletedProcess[str]:
+  full_env = dict(os.environ)
+  full_env.update(env or {})
+  return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+                        capture_output=True, text=True, env=full_env,
+                        timeout=timeout)

@@ -1,0 +1,292 @@
+"""id_tap against real JAX: values, pytrees, dtypes, control flow, result,
+device, flavors, errors of use."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+
+import host_callback as hcb
+
+from conftest import run_python
+
+
+def test_eager_identity_and_delivery(collect):
+  x = jnp.arange(4.0)
+  y = hcb.id_tap(collect, x)
+  np.testing.assert_array_equal(y, x)
+  hcb.barrier_wait()
+  (arg,) = collect.args
+  assert isinstance(arg, np.ndarray)
+  np.testing.assert_array_equal(arg, np.arange(4.0, dtype=np.float32))
+  assert collect.calls[0][1] == ()
+
+
+def test_jit_taps_every_call_with_runtime_values(collect):
+  f = jax.jit(lambda x: hcb.id_tap(collect, x * 2) + 1)
+  for i in range(3):
+    np.testing.assert_allclose(f(jnp.float32(i)), 2 * i + 1)
+  hcb.barrier_wait()
+  assert [float(a) for a in collect.args] == [0.0, 2.0, 4.0]
+
+
+def test_tap_runs_on_a_consumer_thread_not_the_caller(collect):
+  import threading
+  jax.jit(lambda x: hcb.id_tap(collect, x))(1.0)
+  hcb.barrier_wait()
+  assert collect.threads and threading.get_ident() not in collect.threads
+
+
+@pytest.mark.parametrize("arg", [
+    (1.0, 2),
+    [jnp.ones(2), (3, {"k": jnp.zeros(1)})],
+    {"b": 1.0, "a": [2.0, 3.0]},
+    (),
+    [],
+    {},
+    ((), [jnp.int32(4)], {}),
+], ids=["tuple", "nested", "dict", "empty_tuple", "empty_list", "empty_dict",
+        "mixed_empty"])
+def test_pytrees_keep_their_structure(collect, arg):
+  out = jax.jit(lambda a: hcb.id_tap(collect, a))(arg)
+  assert jax.tree_util.tree_structure(out) == jax.tree_util.tree_structure(arg)
+  hcb.barrier_wait()
+  (got,) = collect.args
+  assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(arg)
+  for g, a in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(arg)):
+    assert isinstance(g, np.ndarray)
+    np.testing.assert_array_equal(g, np.asarray(a))
+
+
+DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.uint8, np.uint16,
+          np.uint32, np.float16, ml_dtypes.bfloat16, np.float32, np.complex64]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_every_dtype_round_trips(collect, dtype):
+  x = (np.arange(6) % 3).reshape(2, 3).astype(dtype)
+  out = jax.jit(lambda a: hcb.id_tap(collect, a))(x)
+  np.testing.assert_array_equal(np.asarray(out), x)
+  hcb.barrier_wait()
+  (got,) = collect.args
+  assert got.dtype == np.dtype(dtype)
+  assert got.shape == (2, 3)
+  np.testing.assert_array_equal(got, x)
+
+
+def test_64_bit_dtypes_with_x64():
+  proc = run_python("""
+      import jax
+      jax.config.update("jax_enable_x64", True)
+      import numpy as np, host_callback as hcb
+      got = []
+      for dt in (np.int64, np.uint64, np.float64, np.complex128):
+        x = np.array([1, 2**40 if dt != np.complex128 else 3], dtype=dt)
+        jax.jit(lambda a: hcb.id_tap(lambda v, t: got.append(v), a))(x)
+      hcb.barrier_wait()
+      print([(str(g.dtype), g.tolist()) for g in got])
+  """)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.strip() == (
+      "[('int64', [1, 1099511627776]), ('uint64', [1, 1099511627776]), "
+      "('float64', [1.0, 1099511627776.0]), "
+      "('complex128', [(1+0j), (3+0j)])]")
+
+
+def test_zero_size_arrays(collect):
+  arg = (jnp.zeros((0,)), jnp.ones((2, 0, 3), jnp.int32))
+  out = jax.jit(lambda a: hcb.id_tap(collect, a))(arg)
+  assert out[1].shape == (2, 0, 3)
+  hcb.barrier_wait()
+  (got,) = collect.args
+  assert got[0].shape == (0,) and got[1].shape == (2, 0, 3)
+  assert got[1].dtype == np.int32
+
+
+def test_prng_key_taps_key_data(collect):
+  key = jax.random.key(42)
+  out = jax.jit(lambda k: hcb.id_tap(collect, k))(key)
+  assert jax.dtypes.issubdtype(out.dtype, jax.dtypes.prng_key)
+  np.testing.assert_array_equal(jax.random.key_data(out),
+                                jax.random.key_data(key))
+  hcb.barrier_wait()
+  (got,) = collect.args
+  assert got.dtype == np.uint32
+  np.testing.assert_array_equal(got, np.asarray(jax.random.key_data(key)))
+
+
+def test_result_is_returned_and_not_sent(collect):
+  def f(x):
+    r = hcb.id_tap(collect, x, result=(x * 10, x * 20))
+    return r[0] + r[1]
+  np.testing.assert_allclose(jax.jit(f)(1.0), 30.0)
+  hcb.barrier_wait()
+  assert [float(a) for a in collect.args] == [1.0]
+
+
+def test_tap_with_device_passes_the_jax_device(collect):
+  jax.jit(lambda x: hcb.id_tap(collect, x, tap_with_device=True))(1.0)
+  hcb.barrier_wait()
+  (_, transforms, device) = collect.calls[0]
+  assert transforms == ()
+  assert isinstance(device, jax.Device)
+  assert device == jax.devices()[0]
+
+
+def test_kwargs_are_rejected_with_the_seed_message():
+  with pytest.raises(TypeError, match=r"Support for \*\*kwargs in ``id_tap`` "
+                     r"has been removed.*functools.partial\(tap_func"):
+    hcb.id_tap(lambda a, t: None, 1.0, what="x")
+
+
+def test_partial_pre_applies_keywords(collect):
+  def tap(arg, transforms, *, what):
+    collect((what, arg), transforms)
+  jax.jit(lambda x: hcb.id_tap(functools.partial(tap, what="act"), x))(2.0)
+  hcb.barrier_wait()
+  assert collect.args[0][0] == "act"
+
+
+def test_bad_arguments_get_clear_errors():
+  with pytest.raises(TypeError, match="tap_func must be callable"):
+    hcb.id_tap(3, 1.0)
+  with pytest.raises(TypeError, match="callback_flavor must be a CallbackFlavor"):
+    hcb.id_tap(lambda a, t: None, 1.0, callback_flavor="pure")
+  with pytest.raises(TypeError):
+    hcb.id_tap(lambda a, t: None, "not an array")
+
+
+# ---- control flow ------------------------------------------------------------
+
+def test_nested_jit(collect):
+  inner = jax.jit(lambda x: hcb.id_tap(collect, x + 1))
+  outer = jax.jit(lambda x: inner(x) * 2)
+  np.testing.assert_allclose(outer(1.0), 4.0)
+  hcb.barrier_wait()
+  assert [float(a) for a in collect.args] == [2.0]
+
+
+def test_cond_taps_only_the_taken_branch(collect):
+  def g(p, x):
+    return lax.cond(p, lambda v: hcb.id_tap(collect, {"yes": v})["yes"],
+                    lambda v: hcb.id_tap(collect, {"no": -v})["no"], x)
+  jg = jax.jit(g)
+  jg(True, 1.0)
+  jg(False, 2.0)
+  hcb.barrier_wait()
+  assert [{k: float(v) for k, v in a.items()} for a in collect.args] == [
+      {"yes": 1.0}, {"no": -2.0}]
+
+
+def test_while_loop_body_and_predicate(collect):
+  def cond_fun(c):
+    i = hcb.id_tap(collect, {"cond": c})["cond"]
+    return i < 3
+  def body_fun(c):
+    return hcb.id_tap(collect, {"body": c})["body"] + 1
+  out = jax.jit(lambda x: lax.while_loop(cond_fun, body_fun, x))(0)
+  assert int(out) == 3
+  hcb.barrier_wait()
+  seen = [(k, int(v)) for a in collect.args for k, v in a.items()]
+  assert seen == [("cond", 0), ("body", 0), ("cond", 1), ("body", 1),
+                  ("cond", 2), ("body", 2), ("cond", 3)]
+
+
+def test_scan_taps_each_step_in_order(collect):
+  def step(c, x):
+    c = hcb.id_tap(collect, c + x)
+    return c, c
+  _, ys = jax.jit(lambda xs: lax.scan(step, 0.0, xs))(jnp.arange(5.0))
+  hcb.barrier_wait()
+  assert [float(a) for a in collect.args] == [0.0, 1.0, 3.0, 6.0, 10.0]
+  np.testing.assert_allclose(ys, [0.0, 1.0, 3.0, 6.0, 10.0])
+
+
+def test_fori_loop(collect):
+  f = jax.jit(lambda n: lax.fori_loop(
+      0, n, lambda i, c: hcb.id_tap(collect, (i, c))[1] + i, 0))
+  assert int(f(4)) == 6
+  hcb.barrier_wait()
+  assert [(int(i), int(c)) for i, c in collect.args] == [
+      (0, 0), (1, 0), (2, 1), (3, 3)]
+
+
+# ---- taps whose result is unused still run -----------------------------------
+
+def test_unused_tap_runs_at_top_level(collect):
+  def f(x):
+    hcb.id_tap(collect, x)  # result dropped
+    return x + 1
+  jax.jit(f)(5.0)
+  hcb.barrier_wait()
+  assert [float(a) for a in collect.args] == [5.0]
+
+
+def test_unused_tap_runs_inside_scan_with_unused_outputs(collect):
+  def f(x):
+    lax.scan(lambda c, _: (hcb.id_tap(collect, c) + 1, None), x, None,
+             length=3)
+    return x
+  jax.jit(f)(0.0)
+  hcb.barrier_wait()
+  assert [float(a) for a in collect.args] == [0.0, 1.0, 2.0]
+
+
+def test_unused_tap_runs_inside_nested_jit_cond_and_while(collect):
+  def f(x):
+    jax.jit(lambda v: hcb.id_tap(collect, {"jit": v}))(x)
+    lax.cond(x > 0, lambda v: hcb.id_tap(collect, {"cond": v})["cond"],
+             lambda v: v, x)
+    lax.while_loop(lambda v: v < 2,
+                   lambda v: hcb.id_tap(collect, {"while": v})["while"] + 1, x)
+    return x * 2
+  jax.jit(f)(1.0)
+  hcb.barrier_wait()
+  assert [(k, float(v)) for a in collect.args for k, v in a.items()] == [
+      ("jit", 1.0), ("cond", 1.0), ("while", 1.0)]
+
+
+def test_pure_flavor_runs_when_used_and_may_be_removed_when_not(collect):
+  f = jax.jit(lambda x: hcb.id_tap(collect, x,
+                                   callback_flavor=hcb.CallbackFlavor.PURE) + 1)
+  f(1.0)
+  hcb.barrier_wait()
+  assert [float(a) for a in collect.args] == [1.0]
+  hlo = jax.jit(lambda x: (hcb.id_tap(collect, x,
+                                      callback_flavor=hcb.CallbackFlavor.PURE),
+                           x + 1)[1]).lower(1.0).as_text()
+  assert "hcb_tap" not in hlo  # dead pure taps are removed
+  hlo_io = jax.jit(lambda x: (hcb.id_tap(collect, x), x + 1)[1]).lower(
+      1.0).as_text()
+  assert "hcb_tap" in hlo_io and "has_side_effect = true" in hlo_io
+
+
+def test_debug_flavor_taps(collect):
+  jax.jit(lambda x: hcb.id_tap(collect, x,
+                               callback_flavor=hcb.CallbackFlavor.DEBUG))(3.0)
+  hcb.barrier_wait()
+  assert [float(a) for a in collect.args] == [3.0]
+
+
+def test_outputs_alias_inputs_in_the_compiled_program():
+  hlo = jax.jit(lambda x: hcb.id_tap(lambda a, t: None, (x, x + 1))).lower(
+      jnp.ones(3)).as_text()
+  assert "output_operand_aliases" in hlo
+  assert "callback_id" in hlo and "ntapped" in hlo
+
+
+def test_unused_tap_runs_inside_scan_with_no_outputs_at_all(collect):
+  # JAX forwards the constant carry out of the scan, leaving it without
+  # outputs; the scan must still run for its taps.
+  def step(c, i):
+    hcb.id_tap(collect, i)
+    return c, None
+  jax.jit(lambda: lax.scan(step, 0, jnp.arange(3))[0])()
+  hcb.barrier_wait()
+  assert [int(a) for a in collect.args] == [0, 1, 2]

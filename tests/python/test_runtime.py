@@ -1,0 +1,231 @@
+"""The runtime seen from Python: ordering at scale, exceptions and
+barrier_wait, threads, exit flush, back-pressure, settings, inline mode,
+stop/restart, fast dispatch."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import host_callback as hcb
+
+from conftest import run_python
+
+
+def test_100k_taps_from_one_scan_arrive_in_order(collect):
+  n = 100_000
+  f = jax.jit(lambda xs: lax.scan(
+      lambda c, x: (c, hcb.id_tap(collect, x)), 0, xs)[1])
+  before = hcb.stats()
+  f(jnp.arange(n, dtype=jnp.int32)).block_until_ready()
+  hcb.barrier_wait()
+  got = np.array([int(a) for a in collect.args])
+  np.testing.assert_array_equal(got, np.arange(n))
+  after = hcb.stats()
+  assert after["records_in"] - before["records_in"] == n
+  assert after["records_out"] - before["records_out"] == n
+  assert after["queued_records"] == 0
+  print("stats after 100,000 taps:", after)
+
+
+def test_one_failing_tap_of_1000(collect, caplog):
+  def tap(x, transforms):
+    if int(x) == 500:
+      raise ValueError("tap refused 500")
+    collect(x, transforms)
+
+  f = jax.jit(lambda xs: lax.scan(lambda c, x: (c, hcb.id_tap(tap, x)), 0,
+                                  xs)[1])
+  with caplog.at_level(logging.ERROR, logger="host_callback"):
+    f(jnp.arange(1000))
+    with pytest.raises(hcb.CallbackException) as info:
+      hcb.barrier_wait()
+  assert len(collect.args) == 999  # every other tap delivered
+  assert 500 not in [int(a) for a in collect.args]
+  msg = str(info.value)
+  assert msg.startswith("There were exceptions during callback processing. "
+                        "Last one was: Traceback")
+  assert "ValueError: tap refused 500" in msg
+  assert isinstance(info.value.__cause__, ValueError)
+  assert any("tap refused 500" in r.getMessage() and "Traceback" in
+             r.getMessage() for r in caplog.records)
+  hcb.barrier_wait()  # raised once, then cleared
+  assert hcb.TapFunctionException is hcb.CallbackException
+
+
+def test_runtime_goes_on_after_an_exception(collect):
+  jax.jit(lambda x: hcb.id_tap(lambda a, t: 1 / 0, x))(1.0)
+  with pytest.raises(hcb.CallbackException, match="ZeroDivisionError"):
+    hcb.barrier_wait()
+  jax.jit(lambda x: hcb.id_tap(collect, x))(2.0)
+  hcb.barrier_wait()
+  assert [float(a) for a in collect.args] == [2.0]
+
+
+def test_four_python_threads_tap_at_once():
+  per_thread: dict[int, list[int]] = {k: [] for k in range(4)}
+  lock = threading.Lock()
+
+  def make_tap(k):
+    def tap(x, transforms):
+      with lock:
+        per_thread[k].append(int(x))
+    return tap
+
+  def work(k):
+    f = jax.jit(lambda xs: lax.scan(
+        lambda c, x: (c, hcb.id_tap(make_tap(k), x)), 0, xs)[1])
+    for r in range(5):
+      f(jnp.arange(200) + 1000 * r)
+
+  threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  hcb.barrier_wait()
+  for k in range(4):
+    # Each thread's calls were dispatched in order on the one device.
+    assert per_thread[k] == [1000 * r + i for r in range(5) for i in range(200)]
+
+
+def test_exit_flushes_pending_taps():
+  proc = run_python("""
+      import time, jax, jax.numpy as jnp
+      from jax import lax
+      import host_callback as hcb
+      def slow(x, transforms):
+        time.sleep(0.002)
+        print("tap", int(x), flush=True)
+      f = jax.jit(lambda xs: lax.scan(lambda c, x: (c, hcb.id_tap(slow, x)),
+                                      0, xs)[1])
+      f(jnp.arange(300))
+      print("main done", flush=True)
+      # no barrier_wait: the at-exit flush must deliver everything
+  """)
+  assert proc.returncode == 0, proc.stderr
+  lines = proc.stdout.split("\n")
+  taps = [int(l.split()[1]) for l in lines if l.startswith("tap ")]
+  assert taps == list(range(300))
+
+
+def test_backpressure_16MB_bound_1GB_slow_consumer_loses_nothing():
+  proc = run_python("""
+      import time, jax, jax.numpy as jnp, numpy as np
+      from jax import lax
+      import host_callback as hcb
+      seen = []
+      def slow(x, transforms):
+        time.sleep(0.003)
+        seen.append((int(x[0]), int(x[-1]), x.nbytes))
+      n, size = 256, 1 << 20  # 256 taps of 4 MiB (int32[1M]) = 1 GiB
+      def step(c, i):
+        hcb.id_tap(slow, jnp.full((size,), i, jnp.int32))
+        return c, None
+      jax.jit(lambda: lax.scan(step, 0, jnp.arange(n))[0])()
+      hcb.barrier_wait()
+      s = hcb.stats()
+      assert seen == [(i, i, 4 * size) for i in range(n)], seen[:5]
+      assert s["records_out"] == n and s["bytes_in"] >= n * 4 * size
+      assert s["producer_waits"] > 0, s
+      assert s["high_water_bytes"] <= 16_000_000, s
+      print("ok", s["producer_waits"], s["producer_wait_ns"],
+            s["high_water_bytes"])
+  """, env={"HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE": "16e6"})
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.startswith("ok ")
+
+
+@pytest.mark.parametrize("name", ["HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE",
+                                  "JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE"])
+def test_queue_bound_setting(name):
+  proc = run_python("import host_callback as hcb; "
+                    "print(hcb.stats()['max_queue_bytes'])",
+                    env={name: "32e6"})
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.strip() == "32000000"
+  proc = run_python("import host_callback", env={name: "1000"})
+  assert proc.returncode != 0
+  assert f"{name} must be at least 16000000 bytes, got 1000" in proc.stderr
+  proc = run_python("import host_callback", env={name: "lots"})
+  assert "must be a number of bytes such as 256e6, got 'lots'" in proc.stderr
+
+
+def test_inline_mode_calls_in_the_calling_thread():
+  proc = run_python("""
+      import threading, jax, jax.numpy as jnp
+      import host_callback as hcb
+      where = []
+      tap = lambda x, t: where.append((float(x), threading.get_ident()))
+      hcb.id_tap(tap, jnp.float32(1.0))           # eager: inline, at once
+      assert where == [(1.0, threading.get_ident())], where
+      jax.jit(lambda x: hcb.id_tap(tap, x))(2.0)  # staged: asynchronous
+      hcb.barrier_wait()
+      assert where[1][0] == 2.0 and where[1][1] != threading.get_ident()
+      try:
+        hcb.id_tap(lambda x, t: 1 / 0, jnp.float32(1.0))
+      except ZeroDivisionError:
+        print("raised in caller")
+  """, env={"HOST_CALLBACK_INLINE": "1"})
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.strip() == "raised in caller"
+
+
+def test_stop_and_restart(collect):
+  f = jax.jit(lambda x: hcb.id_tap(collect, x))
+  f(1.0)
+  hcb.stop_outfeed_receiver()
+  assert [float(a) for a in collect.args] == [1.0]  # drained by the stop
+  f(2.0)  # the next tap starts the threads again
+  hcb.barrier_wait()
+  assert [float(a) for a in collect.args] == [1.0, 2.0]
+
+
+def test_barrier_inside_a_tap_is_refused():
+  jax.jit(lambda x: hcb.id_tap(lambda a, t: hcb.barrier_wait(), x))(1.0)
+  with pytest.raises(hcb.CallbackException,
+                     match="barrier_wait was called from inside a tap"):
+    hcb.barrier_wait()
+
+
+def test_fast_dispatch_path_and_one_compilation(collect):
+  from jax._src import test_util as jtu
+  f = jax.jit(lambda x: hcb.id_tap(collect, x) * 2)
+  x = jnp.ones(3)
+  f(x)  # compile
+  with jtu.count_pjit_cpp_cache_miss() as misses:
+    for _ in range(20):
+      f(x)
+  assert misses() == 0  # every call took JAX's C++ fast path
+  assert f._cache_size() == 1
+  hcb.barrier_wait()
+  assert len(collect.args) == 21
+
+
+def test_same_function_reuses_its_compilation(collect):
+  from jax._src import test_util as jtu
+  def g(x):
+    return hcb.id_tap(collect, x) + 1
+  with jtu.count_jit_compilation_cache_miss() as compiles:
+    jax.jit(g)(1.0)
+    jax.jit(g)(2.0)  # a new jit object, same function and tap site
+  assert compiles() == 1
+  hcb.barrier_wait()
+
+
+def test_stats_per_device(collect):
+  jax.jit(lambda x: hcb.id_tap(collect, x))(jnp.ones(10))
+  hcb.barrier_wait()
+  s = hcb.stats()
+  dev = s["devices"][str(jax.devices()[0])]
+  for key in ("records_in", "bytes_in", "records_out", "bytes_out",
+              "queued_records", "queued_bytes", "high_water_bytes",
+              "producer_waits", "producer_wait_ns", "errors"):
+    assert key in s and key in dev
+  assert dev["records_out"] >= 1 and dev["bytes_out"] >= 40
