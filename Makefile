@@ -15,7 +15,7 @@ DEBIAN_PACKAGES := libcmocka-dev cmake ninja-build gcc clang valgrind
 demo: install
 	$(PY) examples/demo.py
 
-test: install ctest ctest-asan ctest-tsan pytest
+test: install format-check ctest ctest-asan ctest-tsan pytest
 
 # ---- setup ------------------------------------------------------------------
 $(VENV)/.deps: requirements.txt

@@ -35,11 +35,11 @@ check_view(const hcb_array *a, size_t i, hcb_error *err)
     for (d = 0; d < a->rank; d++) {
         if (a->dims[d] < 0)
             return hcb_error_set(err, HCB_EINVAL,
-                                 "argument %zu has negative dimension %lld",
-                                 i, (long long)a->dims[d]);
+                                 "argument %zu has negative dimension %lld", i,
+                                 (long long)a->dims[d]);
         if (a->dims[d] != 0 && n > SIZE_MAX / (size_t)a->dims[d])
-            return hcb_error_set(err, HCB_EINVAL,
-                                 "argument %zu is too large", i);
+            return hcb_error_set(err, HCB_EINVAL, "argument %zu is too large",
+                                 i);
         n *= (size_t)a->dims[d];
     }
     if (n > SIZE_MAX / item || n * item != a->nbytes)
@@ -68,8 +68,7 @@ hcb_record_create(uint64_t callback_id, hcb_device device,
         return hcb_error_set(err, HCB_EINVAL, "nargs is %zu but args is NULL",
                              nargs);
     if (nargs > ((size_t)1 << 20))
-        return hcb_error_set(err, HCB_EINVAL, "too many arguments: %zu",
-                             nargs);
+        return hcb_error_set(err, HCB_EINVAL, "too many arguments: %zu", nargs);
     for (i = 0; i < nargs; i++) {
         if ((rc = check_view(&args[i], i, err)) != HCB_OK)
             return rc;

@@ -149,8 +149,7 @@ channel_get(hcb_runtime *rt, hcb_device device, hcb_error *err)
     hcb__mutex_lock(&rt->mu);
     ch = channel_find(rt, device); /* another producer may have won */
     if (ch == NULL && rt->nchannels >= CHANNEL_SLOTS / 2) {
-        hcb_error_set(err, HCB_ESTATE, "too many devices (%zu)",
-                      rt->nchannels);
+        hcb_error_set(err, HCB_ESTATE, "too many devices (%zu)", rt->nchannels);
     } else if (ch == NULL && (ch = channel_new(rt, device, err)) != NULL) {
         for (i = slot_of(device);
              atomic_load_explicit(&rt->slots[i], memory_order_relaxed) != NULL;
@@ -179,15 +178,15 @@ target_get(hcb_runtime *rt, uint64_t id)
 }
 
 int
-hcb_runtime_register_tap(hcb_runtime *rt, const hcb_tap_target *t,
-                         uint64_t *id, hcb_error *err)
+hcb_runtime_register_tap(hcb_runtime *rt, const hcb_tap_target *t, uint64_t *id,
+                         hcb_error *err)
 {
     target *chunk, *slot;
     uint64_t n;
     size_t len;
 
-    if (t == NULL || t->struct_size < sizeof(hcb_tap_target) ||
-        t->fn == NULL || id == NULL)
+    if (t == NULL || t->struct_size < sizeof(hcb_tap_target) || t->fn == NULL ||
+        id == NULL)
         return hcb_error_set(err, HCB_EINVAL,
                              "tap target needs struct_size, fn and an id "
                              "pointer");
@@ -319,8 +318,7 @@ ensure_consumer(channel *ch, bool recheck, hcb_error *err)
             atomic_store_explicit(&ch->running, true, memory_order_release);
         } else {
             hcb__queue_set_consumer_active(&ch->queue, false);
-            hcb_error_set(err, rc, "cannot start the consumer thread %s",
-                          name);
+            hcb_error_set(err, rc, "cannot start the consumer thread %s", name);
         }
     }
     hcb__mutex_unlock(&ch->lifecycle);
@@ -417,8 +415,7 @@ hcb_runtime_stop(hcb_runtime *rt, hcb_error *err)
 }
 
 int
-hcb_runtime_set_max_queue_bytes(hcb_runtime *rt, size_t bytes,
-                                hcb_error *err)
+hcb_runtime_set_max_queue_bytes(hcb_runtime *rt, size_t bytes, hcb_error *err)
 {
     size_t i;
 
@@ -467,8 +464,8 @@ hcb_runtime_stats(hcb_runtime *rt, hcb_device device, hcb_stats *stats,
 
     if (stats == NULL || stats->struct_size < sizeof(size_t))
         return hcb_error_set(err, HCB_EINVAL, "stats needs struct_size");
-    size = stats->struct_size < sizeof *stats ? stats->struct_size
-                                              : sizeof *stats;
+    size =
+        stats->struct_size < sizeof *stats ? stats->struct_size : sizeof *stats;
     {
         hcb_stats s = HCB_STATS_INIT;
 
@@ -482,8 +479,7 @@ hcb_runtime_stats(hcb_runtime *rt, hcb_device device, hcb_stats *stats,
             add_stats(ch, &s);
         } else {
             for (i = 0; i < CHANNEL_SLOTS; i++) {
-                ch = atomic_load_explicit(&rt->slots[i],
-                                          memory_order_acquire);
+                ch = atomic_load_explicit(&rt->slots[i], memory_order_acquire);
                 if (ch != NULL)
                     add_stats(ch, &s);
             }

@@ -7,7 +7,6 @@
 #include "hcb/ffi.h"
 
 /* The body of hcb_ffi_tap, on an explicit runtime (tests use their own). */
-XLA_FFI_Error *hcb__ffi_tap_execute(hcb_runtime *rt,
-                                    XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *hcb__ffi_tap_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame);
 
 #endif /* HCB_RUNTIME_H */

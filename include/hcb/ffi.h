@@ -201,8 +201,8 @@ hcb_ffi_attr_u64(const XLA_FFI_CallFrame *frame, const char *name,
 }
 
 static inline int
-hcb_ffi_attr_i64(const XLA_FFI_CallFrame *frame, const char *name,
-                 int64_t *out, hcb_error *err)
+hcb_ffi_attr_i64(const XLA_FFI_CallFrame *frame, const char *name, int64_t *out,
+                 hcb_error *err)
 {
     return hcb_ffi_attr_scalar(frame, name, XLA_FFI_DataType_S64, out,
                                sizeof *out, err);
@@ -217,8 +217,7 @@ hcb_ffi_device_ordinal(const XLA_FFI_CallFrame *frame, int32_t *out,
     XLA_FFI_DeviceOrdinal_Get_Args args;
     XLA_FFI_Error *e;
 
-    if (api->struct_size <=
-        offsetof(XLA_FFI_Api, XLA_FFI_DeviceOrdinal_Get))
+    if (api->struct_size <= offsetof(XLA_FFI_Api, XLA_FFI_DeviceOrdinal_Get))
         return hcb_error_set(err, HCB_EUNIMPL,
                              "this XLA runtime cannot report device ordinals");
     memset(&args, 0, sizeof args);
@@ -249,10 +248,9 @@ hcb_ffi_buffer_view(const XLA_FFI_Buffer *buf, hcb_array *out, hcb_error *err)
     int64_t i;
 
     if (item == 0)
-        return hcb_error_set(err, HCB_EUNIMPL,
-                             "unsupported buffer type %s (XLA type %d)",
-                             hcb_dtype_name((hcb_dtype)buf->dtype),
-                             (int)buf->dtype);
+        return hcb_error_set(
+            err, HCB_EUNIMPL, "unsupported buffer type %s (XLA type %d)",
+            hcb_dtype_name((hcb_dtype)buf->dtype), (int)buf->dtype);
     if (buf->rank < 0 || buf->rank > HCB_MAX_RANK)
         return hcb_error_set(err, HCB_EINVAL, "buffer rank %lld out of range",
                              (long long)buf->rank);

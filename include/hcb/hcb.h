@@ -30,8 +30,8 @@ extern "C" {
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
-#define HCB_API           __attribute__((visibility("default")))
-#define HCB_PRINTF(f, a)  __attribute__((format(printf, f, a)))
+#define HCB_API          __attribute__((visibility("default")))
+#define HCB_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
 #define HCB_API
 #define HCB_PRINTF(f, a)
@@ -155,10 +155,10 @@ HCB_API const char *hcb_dtype_name(hcb_dtype dtype);
  * live as long as it does. */
 typedef struct hcb_array {
     hcb_dtype dtype;
-    int32_t rank;         /* 0 .. HCB_MAX_RANK */
-    const int64_t *dims;  /* `rank` extents; may be NULL when rank is 0 */
-    void *data;           /* may be NULL when nbytes is 0 */
-    size_t nbytes;        /* product(dims) * hcb_dtype_size(dtype) */
+    int32_t rank;        /* 0 .. HCB_MAX_RANK */
+    const int64_t *dims; /* `rank` extents; may be NULL when rank is 0 */
+    void *data;          /* may be NULL when nbytes is 0 */
+    size_t nbytes;       /* product(dims) * hcb_dtype_size(dtype) */
 } hcb_array;
 
 /* ------------------------------------------------------------------------ */
@@ -226,7 +226,9 @@ typedef struct hcb_runtime_options {
 } hcb_runtime_options;
 
 #define HCB_RUNTIME_OPTIONS_INIT                                               \
-    { sizeof(hcb_runtime_options), HCB_DEFAULT_MAX_QUEUE_BYTES }
+    {                                                                          \
+        sizeof(hcb_runtime_options), HCB_DEFAULT_MAX_QUEUE_BYTES               \
+    }
 
 /* Creates a runtime; `options` may be NULL for the defaults.  No thread
  * starts until the first record for a device arrives. */
@@ -256,20 +258,23 @@ typedef int (*hcb_tap_fn)(void *user, hcb_record *rec, hcb_error *err);
 
 typedef struct hcb_tap_target {
     size_t struct_size;
-    hcb_tap_fn fn;   /* required */
-    void *user;      /* borrowed; must outlive the runtime */
+    hcb_tap_fn fn;    /* required */
+    void *user;       /* borrowed; must outlive the runtime */
     const char *name; /* for messages; copied (truncated to 63 bytes) */
     size_t name_len;
 } hcb_tap_target;
 
-#define HCB_TAP_TARGET_INIT { sizeof(hcb_tap_target), NULL, NULL, NULL, 0 }
+#define HCB_TAP_TARGET_INIT                                                    \
+    {                                                                          \
+        sizeof(hcb_tap_target), NULL, NULL, NULL, 0                            \
+    }
 
 /* Registers a tap target for the life of the runtime and gives its id
  * (never 0: compiled programs carry it as the `callback_id` attribute).
  * Errors: HCB_EINVAL, HCB_ENOMEM, HCB_ESTATE when the registry is full. */
 HCB_API int hcb_runtime_register_tap(hcb_runtime *rt,
-                                     const hcb_tap_target *target,
-                                     uint64_t *id, hcb_error *err);
+                                     const hcb_tap_target *target, uint64_t *id,
+                                     hcb_error *err);
 
 /* Queues `rec` for its device, waiting while the queue is over its bound
  * (back-pressure), and starts the device's consumer thread if needed.
@@ -294,11 +299,11 @@ HCB_API int hcb_runtime_stop(hcb_runtime *rt, hcb_error *err);
 /* Statistics of one device, or of all devices summed (HCB_ALL_DEVICES). */
 typedef struct hcb_stats {
     size_t struct_size;
-    uint64_t records_in;       /* records submitted */
-    uint64_t bytes_in;         /* their sizes */
-    uint64_t records_out;      /* records consumed (tap function returned) */
+    uint64_t records_in;  /* records submitted */
+    uint64_t bytes_in;    /* their sizes */
+    uint64_t records_out; /* records consumed (tap function returned) */
     uint64_t bytes_out;
-    uint64_t queued_records;   /* submitted, not yet consumed */
+    uint64_t queued_records; /* submitted, not yet consumed */
     uint64_t queued_bytes;
     uint64_t high_water_bytes; /* max queued_bytes seen (max over devices) */
     uint64_t producer_waits;   /* submits that had to wait for space */
@@ -307,7 +312,10 @@ typedef struct hcb_stats {
     uint64_t devices;          /* devices with a queue */
 } hcb_stats;
 
-#define HCB_STATS_INIT { sizeof(hcb_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+#define HCB_STATS_INIT                                                         \
+    {                                                                          \
+        sizeof(hcb_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0                     \
+    }
 
 /* Fills `stats` (its struct_size set by the caller).  HCB_ENOTFOUND for a
  * device that never had a record. */

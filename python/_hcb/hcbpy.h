@@ -34,7 +34,7 @@ typedef struct hcb_state {
 typedef struct hcb_py_target {
     PyObject *module; /* strong: keeps the state alive */
     hcb_state *state;
-    PyObject *site;   /* strong: (func, treedef, transforms, with_device) */
+    PyObject *site; /* strong: (func, treedef, transforms, with_device) */
     char name[64];
 } hcb_py_target;
 

@@ -8,7 +8,7 @@
  * Multi-phase initialisation; the state lives in module state.
  */
 #define PY_ARRAY_UNIQUE_SYMBOL hcb_ARRAY_API
-#define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
+#define NPY_NO_DEPRECATED_API  NPY_2_0_API_VERSION
 #include "hcbpy.h"
 
 #include <numpy/arrayobject.h>
@@ -24,7 +24,7 @@ state_of(PyObject *module)
 static PyObject *
 raise_hcb(const hcb_error *err)
 {
-    PyObject *type = err->code == HCB_EINVAL ? PyExc_ValueError
+    PyObject *type = err->code == HCB_EINVAL   ? PyExc_ValueError
                      : err->code == HCB_ENOMEM ? PyExc_MemoryError
                                                : PyExc_RuntimeError;
 
@@ -162,11 +162,8 @@ hcb_barrier(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     if (parse_device(nargs > 0 ? args[0] : NULL, &dev) < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = hcb_runtime_barrier(st->rt, dev, &err);
-    Py_END_ALLOW_THREADS
-    if (rc != HCB_OK)
-        return raise_hcb(&err);
+    Py_BEGIN_ALLOW_THREADS rc = hcb_runtime_barrier(st->rt, dev, &err);
+    Py_END_ALLOW_THREADS if (rc != HCB_OK) return raise_hcb(&err);
     Py_RETURN_NONE;
 }
 
@@ -178,11 +175,8 @@ hcb_stop(PyObject *module, PyObject *unused)
     int rc;
 
     (void)unused;
-    Py_BEGIN_ALLOW_THREADS
-    rc = hcb_runtime_stop(st->rt, &err);
-    Py_END_ALLOW_THREADS
-    if (rc != HCB_OK)
-        return raise_hcb(&err);
+    Py_BEGIN_ALLOW_THREADS rc = hcb_runtime_stop(st->rt, &err);
+    Py_END_ALLOW_THREADS if (rc != HCB_OK) return raise_hcb(&err);
     Py_RETURN_NONE;
 }
 

@@ -10,7 +10,7 @@
  */
 #define NO_IMPORT_ARRAY
 #define PY_ARRAY_UNIQUE_SYMBOL hcb_ARRAY_API
-#define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
+#define NPY_NO_DEPRECATED_API  NPY_2_0_API_VERSION
 #include "hcbpy.h"
 
 #include <numpy/arrayobject.h>
@@ -34,8 +34,7 @@ hcb_py_in_tap(void)
 /* ---- RecordOwner: the base object of the numpy arrays of one record ---- */
 
 typedef struct {
-    PyObject_HEAD
-    hcb_record *rec; /* one reference, released on dealloc */
+    PyObject_HEAD hcb_record *rec; /* one reference, released on dealloc */
 } record_owner;
 
 static void

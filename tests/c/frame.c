@@ -52,14 +52,14 @@ tf_init(test_frame *tf)
 }
 
 void
-tf_add_buffer(test_frame *tf, XLA_FFI_DataType dtype, void *data,
-              int64_t rank, int64_t *dims, void *ret_data)
+tf_add_buffer(test_frame *tf, XLA_FFI_DataType dtype, void *data, int64_t rank,
+              int64_t *dims, void *ret_data)
 {
     int64_t i = tf->frame.args.size++;
 
     tf->frame.rets.size++;
-    tf->args[i] = (XLA_FFI_Buffer){XLA_FFI_Buffer_STRUCT_SIZE, NULL, dtype,
-                                   data, rank, dims};
+    tf->args[i] = (XLA_FFI_Buffer){
+        XLA_FFI_Buffer_STRUCT_SIZE, NULL, dtype, data, rank, dims};
     tf->rets[i] = tf->args[i];
     if (ret_data != NULL)
         tf->rets[i].data = ret_data;

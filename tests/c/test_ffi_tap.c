@@ -139,8 +139,7 @@ test_malformed_frames_fail_cleanly(void **state)
     tf_init(&tf);
     tf.frame.stage = XLA_FFI_ExecutionStage_PREPARE;
     assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
-    assert_string_equal(msg,
-                        "handler 'hcb_tap' called at stage 1, expected 3");
+    assert_string_equal(msg, "handler 'hcb_tap' called at stage 1, expected 3");
 
     /* Missing attribute. */
     tf_init(&tf);

@@ -15,8 +15,7 @@ test_copies_arrays_aligned(void **state)
     const hcb_array *out;
 
     (void)state;
-    assert_int_equal(hcb_record_create(42, HCB_DEVICE(0, 3), in, 2, &rec,
-                                       NULL),
+    assert_int_equal(hcb_record_create(42, HCB_DEVICE(0, 3), in, 2, &rec, NULL),
                      HCB_OK);
     assert_int_equal(hcb_record_callback_id(rec), 42);
     assert_int_equal(HCB_DEVICE_ORDINAL(hcb_record_device(rec)), 3);
@@ -75,8 +74,7 @@ test_rejects_malformed_views(void **state)
                      HCB_EINVAL);
     assert_int_equal(hcb_record_create(1, 0, &no_data, 1, &rec, &err),
                      HCB_EINVAL);
-    assert_int_equal(hcb_record_create(1, 0, NULL, 2, &rec, &err),
-                     HCB_EINVAL);
+    assert_int_equal(hcb_record_create(1, 0, NULL, 2, &rec, &err), HCB_EINVAL);
 }
 
 static void

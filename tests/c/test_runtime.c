@@ -125,8 +125,7 @@ test_devices_have_their_own_queues(void **state)
     assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
     assert_int_equal(tu_sink_count(s), 3);
     assert_int_equal(hcb_runtime_devices(rt, keys, 8), 3);
-    assert_int_equal(hcb_runtime_stats(rt, HCB_ALL_DEVICES, &st, NULL),
-                     HCB_OK);
+    assert_int_equal(hcb_runtime_stats(rt, HCB_ALL_DEVICES, &st, NULL), HCB_OK);
     assert_int_equal(st.devices, 3);
     assert_int_equal(st.records_out, 3);
     assert_int_equal(hcb_runtime_stats(rt, HCB_DEVICE(0, 9), &st, NULL),
@@ -286,8 +285,7 @@ test_backpressure_through_runtime(void **state)
     /* A bigger bound applies to the live queue. */
     assert_int_equal(hcb_runtime_set_max_queue_bytes(rt, 1 << 20, NULL),
                      HCB_OK);
-    assert_int_equal(hcb_runtime_set_max_queue_bytes(rt, 0, NULL),
-                     HCB_EINVAL);
+    assert_int_equal(hcb_runtime_set_max_queue_bytes(rt, 0, NULL), HCB_EINVAL);
     hcb_runtime_destroy(rt);
     tu_sink_free(s);
 }

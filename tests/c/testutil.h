@@ -80,8 +80,8 @@ typedef struct tu_sink {
     size_t n;
     int32_t first_value[TU_MAX_SEEN]; /* first int32 of arg 0, or -1 */
     hcb_device device[TU_MAX_SEEN];
-    long delay_us;                    /* sleep per record: a slow consumer */
-    int fail_on;                      /* return an error for this value */
+    long delay_us; /* sleep per record: a slow consumer */
+    int fail_on;   /* return an error for this value */
 } tu_sink;
 
 static inline int
