@@ -255,26 +255,29 @@ static PyObject *
 hcb_devices(PyObject *module, PyObject *unused)
 {
     hcb_runtime *rt = state_of(module)->rt;
-    hcb_device keys[256];
-    size_t n, i;
+    hcb_device *keys;
+    size_t n, i, cap;
     PyObject *list;
 
     (void)unused;
-    n = hcb_runtime_devices(rt, keys, 256);
-    if (n > 256)
-        n = 256; /* more devices than any CPU process has; list the first */
-    list = PyList_New((Py_ssize_t)n);
-    if (list == NULL)
-        return NULL;
-    for (i = 0; i < n; i++) {
+    cap = hcb_runtime_devices(rt, NULL, 0) + 1;
+    keys = PyMem_Calloc(cap, sizeof *keys);
+    if (keys == NULL)
+        return PyErr_NoMemory();
+    /* Channels are never removed, so the count can only have grown since:
+     * list the ones that fit. */
+    n = hcb_runtime_devices(rt, keys, cap);
+    if (n > cap)
+        n = cap;
+    list = PyList_New(0);
+    for (i = 0; list != NULL && i < n; i++) {
         PyObject *k = PyLong_FromLongLong((long long)keys[i]);
 
-        if (k == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, k);
+        if (k == NULL || PyList_Append(list, k) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(k);
     }
+    PyMem_Free(keys);
     return list;
 }
 
