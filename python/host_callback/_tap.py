@@ -134,6 +134,11 @@ def _is_key(x: Any) -> bool:
                                                      jax.dtypes.prng_key)
 
 
+def _key_data_of_keys(leaves: list[Any]) -> list[Any]:
+  """The leaves as the custom call carries them: typed keys as key data."""
+  return [jax.random.key_data(x) if _is_key(x) else x for x in leaves]
+
+
 def _as_array(x: Any) -> Any:
   return x if isinstance(x, (jax.Array, jax_core.Tracer)) else jax.numpy.asarray(x)
 
@@ -190,7 +195,7 @@ def id_tap(tap_func: Callable[..., Any], arg: Any, *, result: Any = None,
 
   leaves, treedef = jax.tree_util.tree_flatten(arg)
   leaves = [_as_array(x) for x in leaves]
-  tapped = [jax.random.key_data(x) if _is_key(x) else x for x in leaves]
+  tapped = _key_data_of_keys(leaves)
   site = _runtime.TapSite(_runtime.hashable_callable(tap_func), treedef, (),
                           bool(tap_with_device))
 
@@ -205,9 +210,7 @@ def id_tap(tap_func: Callable[..., Any], arg: Any, *, result: Any = None,
     _tap_inline(site, tapped, device_index)
     return arg if result is None else result
 
-  res_carried = [jax.random.key_data(x) if _is_key(x) else x
-                 for x in res_leaves]
-  outs = tap_p.bind(*tapped, *res_carried, site=site, ntapped=len(tapped),
+  outs = tap_p.bind(*tapped, *_key_data_of_keys(res_leaves), site=site, ntapped=len(tapped),
                     device_index=int(device_index), flavor=callback_flavor)
   if result is None:
     return treedef.unflatten(_rewrap_keys(leaves, outs[:len(tapped)]))
