@@ -210,7 +210,8 @@ def id_tap(tap_func: Callable[..., Any], arg: Any, *, result: Any = None,
     _tap_inline(site, tapped, device_index)
     return arg if result is None else result
 
-  outs = tap_p.bind(*tapped, *_key_data_of_keys(res_leaves), site=site, ntapped=len(tapped),
+  outs = tap_p.bind(*tapped, *_key_data_of_keys(res_leaves), site=site,
+                    ntapped=len(tapped),
                     device_index=int(device_index), flavor=callback_flavor)
   if result is None:
     return treedef.unflatten(_rewrap_keys(leaves, outs[:len(tapped)]))
