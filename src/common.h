@@ -40,6 +40,9 @@ void hcb__mutex_unlock(hcb__mutex *mu);
 int hcb__cond_init(hcb__cond *cv); /* waits use CLOCK_MONOTONIC */
 void hcb__cond_destroy(hcb__cond *cv);
 void hcb__cond_wait(hcb__cond *cv, hcb__mutex *mu);
+/* Waits until signalled or until hcb__now_ns() passes `deadline_ns`;
+ * false on timeout. */
+bool hcb__cond_wait_until(hcb__cond *cv, hcb__mutex *mu, uint64_t deadline_ns);
 void hcb__cond_signal(hcb__cond *cv);
 void hcb__cond_broadcast(hcb__cond *cv);
 

@@ -145,13 +145,36 @@ hcb__queue_done(hcb__queue *q, size_t size)
 void
 hcb__queue_wait_done(hcb__queue *q)
 {
-    uint64_t target;
+    hcb__queue_wait_mark(q, hcb__queue_mark(q), 0);
+}
+
+uint64_t
+hcb__queue_mark(hcb__queue *q)
+{
+    uint64_t mark;
 
     hcb__mutex_lock(&q->mu);
-    target = q->pushed;
-    while (q->done < target)
-        hcb__cond_wait(&q->progress, &q->mu);
+    mark = q->pushed;
     hcb__mutex_unlock(&q->mu);
+    return mark;
+}
+
+bool
+hcb__queue_wait_mark(hcb__queue *q, uint64_t mark, uint64_t deadline_ns)
+{
+    bool reached;
+
+    hcb__mutex_lock(&q->mu);
+    while (q->done < mark) {
+        if (deadline_ns == 0)
+            hcb__cond_wait(&q->progress, &q->mu);
+        else if (!hcb__cond_wait_until(&q->progress, &q->mu, deadline_ns) &&
+                 hcb__now_ns() >= deadline_ns)
+            break;
+    }
+    reached = q->done >= mark;
+    hcb__mutex_unlock(&q->mu);
+    return reached;
 }
 
 void

@@ -48,6 +48,11 @@ void hcb__queue_done(hcb__queue *q, size_t size);
 
 /* Waits until every record pushed before the call is done. */
 void hcb__queue_wait_done(hcb__queue *q);
+/* The same in two steps: the mark is the number of records pushed so far;
+ * waiting for it stops at `deadline_ns` (hcb__now_ns clock; 0: never) and
+ * returns whether those records are done. */
+uint64_t hcb__queue_mark(hcb__queue *q);
+bool hcb__queue_wait_mark(hcb__queue *q, uint64_t mark, uint64_t deadline_ns);
 
 /* Consumer lifecycle, driven by runtime.c under its lifecycle lock. */
 void hcb__queue_set_consumer_active(hcb__queue *q, bool active);

@@ -1,6 +1,7 @@
 /*
  * runtime.c - per-device channels (a bounded queue and a consumer thread),
- * the registry of tap targets, barriers, stop/restart, errors and stats.
+ * the registry of tap and call targets, synchronous calls, barriers,
+ * stop/restart, errors and stats.
  *
  * DESIGN
  *
@@ -11,6 +12,11 @@
  * (consumer_main) pops it -> deliver looks up the target by callback id and
  * calls target->fn -> the record is released and marked done.
  *
+ * The path of a call: the FFI call handler (ffi_call.c, on an XLA thread)
+ * calls hcb_runtime_call -> the device's earlier taps are delivered first
+ * (hcb__queue_wait_done) -> the call function runs in that same thread and
+ * fills the output buffers.  Calls use no queue and no consumer thread.
+ *
  * Threads.  One consumer thread per channel, named "hcb-cpu-N", started by
  * the first submit for that device and after every stop.  Producers are
  * any threads.  Barrier and stop callers are any threads except consumers
@@ -19,7 +25,7 @@
  * Locks, in the order they may be taken:
  *   1. channel->lifecycle  starting and joining that channel's thread
  *   2. rt->mu              channel table inserts, target registry appends,
- *                          the queue bound
+ *                          the queue bound, the log sink
  *   3. queue->mu           (queue.c) the FIFO
  *   4. rt->err_mu          the recorded errors (a leaf)
  * Lookups of channels and targets take no lock: both tables are append-only
@@ -47,8 +53,12 @@
 #define TARGET_CHUNKS 4096
 #define NAME_SIZE     64
 
+typedef enum { TARGET_TAP = 1, TARGET_CALL = 2 } target_kind;
+
 typedef struct target {
-    hcb_tap_fn fn;
+    target_kind kind;
+    hcb_tap_fn tap;   /* TARGET_TAP */
+    hcb_call_fn call; /* TARGET_CALL */
     void *user;
     char name[NAME_SIZE];
 } target;
@@ -70,6 +80,9 @@ struct hcb_runtime {
     _Atomic(channel *) slots[CHANNEL_SLOTS];
     _Atomic(target *) chunks[TARGET_CHUNKS];
     atomic_uint_fast64_t ntargets;
+
+    hcb_log_fn log_fn; /* under mu */
+    void *log_user;    /* under mu */
 
     hcb__mutex err_mu;
     uint64_t pending_errors; /* under err_mu */
@@ -177,25 +190,19 @@ target_get(hcb_runtime *rt, uint64_t id)
     return &chunk[(id - 1) % TARGET_CHUNK];
 }
 
-int
-hcb_runtime_register_tap(hcb_runtime *rt, const hcb_tap_target *t, uint64_t *id,
-                         hcb_error *err)
+/* Appends a target and publishes it; returns its id through `id`. */
+static int
+target_add(hcb_runtime *rt, const target *t, uint64_t *id, hcb_error *err)
 {
-    target *chunk, *slot;
+    target *chunk;
     uint64_t n;
-    size_t len;
 
-    if (t == NULL || t->struct_size < sizeof(hcb_tap_target) || t->fn == NULL ||
-        id == NULL)
-        return hcb_error_set(err, HCB_EINVAL,
-                             "tap target needs struct_size, fn and an id "
-                             "pointer");
     hcb__mutex_lock(&rt->mu);
     n = atomic_load_explicit(&rt->ntargets, memory_order_relaxed);
     if (n >= (uint64_t)TARGET_CHUNK * TARGET_CHUNKS) {
         hcb__mutex_unlock(&rt->mu);
         return hcb_error_set(err, HCB_ESTATE,
-                             "tap registry is full (%llu targets)",
+                             "target registry is full (%llu targets)",
                              (unsigned long long)n);
     }
     chunk = atomic_load_explicit(&rt->chunks[n / TARGET_CHUNK],
@@ -205,24 +212,62 @@ hcb_runtime_register_tap(hcb_runtime *rt, const hcb_tap_target *t, uint64_t *id,
         if (chunk == NULL) {
             hcb__mutex_unlock(&rt->mu);
             return hcb_error_set(err, HCB_ENOMEM,
-                                 "cannot grow the tap registry");
+                                 "cannot grow the target registry");
         }
         atomic_store_explicit(&rt->chunks[n / TARGET_CHUNK], chunk,
                               memory_order_release);
     }
-    slot = &chunk[n % TARGET_CHUNK];
-    slot->fn = t->fn;
-    slot->user = t->user;
-    len = t->name == NULL ? 0 : t->name_len;
-    if (len >= NAME_SIZE)
-        len = NAME_SIZE - 1;
-    if (len > 0)
-        memcpy(slot->name, t->name, len);
-    slot->name[len] = '\0';
+    chunk[n % TARGET_CHUNK] = *t;
     atomic_store_explicit(&rt->ntargets, n + 1, memory_order_release);
     hcb__mutex_unlock(&rt->mu);
     *id = n + 1;
     return HCB_OK;
+}
+
+static void
+target_name(target *t, const char *name, size_t len)
+{
+    if (name == NULL)
+        len = 0;
+    if (len >= NAME_SIZE)
+        len = NAME_SIZE - 1;
+    if (len > 0)
+        memcpy(t->name, name, len);
+    t->name[len] = '\0';
+}
+
+int
+hcb_runtime_register_tap(hcb_runtime *rt, const hcb_tap_target *t, uint64_t *id,
+                         hcb_error *err)
+{
+    target slot = {TARGET_TAP, NULL, NULL, NULL, ""};
+
+    if (t == NULL || t->struct_size < sizeof(hcb_tap_target) || t->fn == NULL ||
+        id == NULL)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "tap target needs struct_size, fn and an id "
+                             "pointer");
+    slot.tap = t->fn;
+    slot.user = t->user;
+    target_name(&slot, t->name, t->name_len);
+    return target_add(rt, &slot, id, err);
+}
+
+int
+hcb_runtime_register_call(hcb_runtime *rt, const hcb_call_target *t,
+                          uint64_t *id, hcb_error *err)
+{
+    target slot = {TARGET_CALL, NULL, NULL, NULL, ""};
+
+    if (t == NULL || t->struct_size < sizeof(hcb_call_target) ||
+        t->fn == NULL || id == NULL)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "call target needs struct_size, fn and an id "
+                             "pointer");
+    slot.call = t->fn;
+    slot.user = t->user;
+    target_name(&slot, t->name, t->name_len);
+    return target_add(rt, &slot, id, err);
 }
 
 /* ---- errors ------------------------------------------------------------- */
@@ -261,13 +306,16 @@ static void
 deliver(channel *ch, hcb_record *rec)
 {
     const target *t = target_get(ch->rt, rec->callback_id);
-    hcb_error err = {HCB_OK, ""};
+    hcb_error err;
 
-    if (t == NULL) {
+    err.code = HCB_OK;
+    err.message[0] = '\0';
+    if (t == NULL || t->kind != TARGET_TAP) {
         hcb_error_set(&err, HCB_ENOTFOUND,
-                      "record for unknown tap id %llu dropped",
-                      (unsigned long long)rec->callback_id);
-    } else if (t->fn(t->user, rec, &err) != 0) {
+                      "record for unknown tap id %llu dropped%s",
+                      (unsigned long long)rec->callback_id,
+                      t != NULL ? " (the id is a call target)" : "");
+    } else if (t->tap(t->user, rec, &err) != 0) {
         if (err.code == HCB_OK)
             hcb_error_set(&err, HCB_ECALLBACK, "tap function '%s' failed",
                           t->name);
@@ -395,6 +443,111 @@ hcb_runtime_barrier(hcb_runtime *rt, hcb_device device, hcb_error *err)
             return rc;
     }
     return HCB_OK;
+}
+
+void
+hcb_runtime_set_log(hcb_runtime *rt, hcb_log_fn fn, void *user)
+{
+    hcb__mutex_lock(&rt->mu);
+    rt->log_fn = fn;
+    rt->log_user = user;
+    hcb__mutex_unlock(&rt->mu);
+}
+
+static void runtime_log(hcb_runtime *rt, const char *fmt, ...) HCB_PRINTF(2, 3);
+
+static void
+runtime_log(hcb_runtime *rt, const char *fmt, ...)
+{
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    hcb_log_fn fn;
+    void *user;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    hcb__mutex_lock(&rt->mu);
+    fn = rt->log_fn;
+    user = rt->log_user;
+    hcb__mutex_unlock(&rt->mu);
+    if (fn != NULL)
+        fn(user, msg);
+    else
+        fprintf(stderr, "hcb: warning: %s\n", msg);
+}
+
+/* Before a call on `ch`'s device: delivers the taps that device issued
+ * earlier.  Warns when that takes long: the likely cause is a tap function
+ * that runs this very computation (it waits for the call, which waits for
+ * it). */
+static int
+deliver_earlier_taps(hcb_runtime *rt, channel *ch, const target *t,
+                     hcb_error *err)
+{
+    uint64_t mark;
+    int rc;
+
+    if (hcb__queue_stranded(&ch->queue) &&
+        (rc = ensure_consumer(ch, true, err)) != HCB_OK)
+        return rc;
+    mark = hcb__queue_mark(&ch->queue);
+    if (hcb__queue_wait_mark(&ch->queue, mark,
+                             hcb__now_ns() + HCB_CALL_WAIT_WARN_NS))
+        return HCB_OK;
+    runtime_log(rt,
+                "call '%s' on %s:%d has waited %llu s for the taps its "
+                "device issued before it.  It goes on waiting.  If a tap "
+                "function of that device runs a computation that contains "
+                "this call, they wait for each other: run that computation "
+                "on another device, or outside the tap function",
+                t->name,
+                HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu"
+                                                                    : "gpu",
+                (int)HCB_DEVICE_ORDINAL(ch->device),
+                (unsigned long long)(HCB_CALL_WAIT_WARN_NS / 1000000000u));
+    hcb__queue_wait_mark(&ch->queue, mark, 0);
+    return HCB_OK;
+}
+
+int
+hcb_runtime_call(hcb_runtime *rt, uint64_t id, hcb_device device,
+                 const hcb_array *args, size_t nargs, const hcb_array *results,
+                 size_t nresults, hcb_error *err)
+{
+    const target *t = target_get(rt, id);
+    channel *ch;
+    hcb_error local;
+    int rc;
+
+    if (t == NULL)
+        return hcb_error_set(err, HCB_ENOTFOUND, "unknown call id %llu",
+                             (unsigned long long)id);
+    if (t->kind != TARGET_CALL)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "id %llu is the tap target '%s', not a call "
+                             "target",
+                             (unsigned long long)id, t->name);
+    /* One device's callbacks reach the host in the order it issued them:
+     * deliver its earlier taps first.  A consumer thread must not wait for
+     * a queue (possibly its own) whose tap may be waiting for this call. */
+    ch = channel_find(rt, device);
+    if (ch != NULL && current_consumer == NULL &&
+        (rc = deliver_earlier_taps(rt, ch, t, err)) != HCB_OK)
+        return rc;
+
+    if (err == NULL)
+        err = &local;
+    err->code = HCB_OK;
+    err->message[0] = '\0';
+    rc = t->call(t->user, device, args, nargs, results, nresults, err);
+    if (rc == HCB_OK)
+        return HCB_OK;
+    if (err->code == HCB_OK)
+        hcb_error_set(err, rc < 0 ? rc : HCB_ECALLBACK,
+                      "call function '%s' failed", t->name);
+    hcb_runtime_record_error(rt, device, err);
+    return err->code;
 }
 
 int

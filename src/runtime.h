@@ -8,5 +8,7 @@
 
 /* The body of hcb_ffi_tap, on an explicit runtime (tests use their own). */
 XLA_FFI_Error *hcb__ffi_tap_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame);
+/* The body of hcb_ffi_call, likewise. */
+XLA_FFI_Error *hcb__ffi_call_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame);
 
 #endif /* HCB_RUNTIME_H */

@@ -82,6 +82,20 @@ hcb__cond_wait(hcb__cond *cv, hcb__mutex *mu)
         die("pthread_cond_wait", rc);
 }
 
+bool
+hcb__cond_wait_until(hcb__cond *cv, hcb__mutex *mu, uint64_t deadline_ns)
+{
+    struct timespec ts;
+    int rc;
+
+    ts.tv_sec = (time_t)(deadline_ns / 1000000000u);
+    ts.tv_nsec = (long)(deadline_ns % 1000000000u);
+    rc = pthread_cond_timedwait(&cv->c, &mu->m, &ts);
+    if (rc != 0 && rc != ETIMEDOUT)
+        die("pthread_cond_timedwait", rc);
+    return rc == 0;
+}
+
 void
 hcb__cond_signal(hcb__cond *cv)
 {

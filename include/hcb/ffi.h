@@ -282,6 +282,13 @@ hcb_ffi_buffer_view(const XLA_FFI_Buffer *buf, hcb_array *out, hcb_error *err)
  * runtime; returns without waiting for the tap function. */
 HCB_API XLA_FFI_Error *hcb_ffi_tap(XLA_FFI_CallFrame *frame);
 
+/* "hcb_call": operands are the arguments, results the declared outputs (no
+ * aliasing).  Attribute: callback_id (u64, from hcb_runtime_register_call on
+ * the default runtime).  Runs the call target in the calling thread after
+ * the device's earlier taps were delivered; the target fills the results.
+ * A failing target fails the computation with its message. */
+HCB_API XLA_FFI_Error *hcb_ffi_call(XLA_FFI_CallFrame *frame);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

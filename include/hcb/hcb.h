@@ -72,7 +72,7 @@ enum {
     HCB_ESYSTEM = -9    /* the OS refused (threads) -> UNAVAILABLE */
 };
 
-#define HCB_ERROR_MESSAGE_SIZE 512
+#define HCB_ERROR_MESSAGE_SIZE 2048
 
 /* An error report.  The message is lowercase, failure first, with no trailing
  * period, and always NUL-terminated (truncated if needed). */
@@ -275,6 +275,63 @@ typedef struct hcb_tap_target {
 HCB_API int hcb_runtime_register_tap(hcb_runtime *rt,
                                      const hcb_tap_target *target, uint64_t *id,
                                      hcb_error *err);
+
+/* A call function: the host side of a synchronous call.  It runs on the
+ * thread that runs the computation on `device` (an XLA thread), which waits
+ * for it.  `args` are the operands, borrowed for the call only (copy what
+ * you keep).  `results` describe the output buffers: their dtype and dims
+ * are what the program declared, and the function must fill each
+ * `results[i].data` with `results[i].nbytes` bytes.  Return 0, or non-zero
+ * after filling `err`: the computation then fails with that message, and the
+ * runtime records the error as for a failed tap.  Several devices may run
+ * the same call function concurrently. */
+typedef int (*hcb_call_fn)(void *user, hcb_device device, const hcb_array *args,
+                           size_t nargs, const hcb_array *results,
+                           size_t nresults, hcb_error *err);
+
+typedef struct hcb_call_target {
+    size_t struct_size;
+    hcb_call_fn fn;   /* required */
+    void *user;       /* borrowed; must outlive the runtime */
+    const char *name; /* for messages; copied (truncated to 63 bytes) */
+    size_t name_len;
+} hcb_call_target;
+
+#define HCB_CALL_TARGET_INIT                                                   \
+    {                                                                          \
+        sizeof(hcb_call_target), NULL, NULL, NULL, 0                           \
+    }
+
+/* Registers a call target; ids are shared with tap targets and never 0.
+ * Errors as for hcb_runtime_register_tap. */
+HCB_API int hcb_runtime_register_call(hcb_runtime *rt,
+                                      const hcb_call_target *target,
+                                      uint64_t *id, hcb_error *err);
+
+/* Runs call target `id` for `device` in the calling thread.  Taps that
+ * `device` submitted earlier are delivered first, so that the host sees one
+ * device's callbacks in the order the device issued them (skipped when the
+ * caller is itself a consumer thread, which would wait for itself).  If
+ * that takes longer than HCB_CALL_WAIT_WARN_NS, the runtime logs a warning
+ * (see hcb_runtime_set_log) and goes on waiting: a tap function that runs a
+ * computation containing this call on another thread waits for itself.
+ * Errors: HCB_ENOTFOUND for an unknown id, HCB_EINVAL for the id of a tap
+ * target, or the call function's error (also recorded, see
+ * hcb_runtime_take_error). */
+HCB_API int hcb_runtime_call(hcb_runtime *rt, uint64_t id, hcb_device device,
+                             const hcb_array *args, size_t nargs,
+                             const hcb_array *results, size_t nresults,
+                             hcb_error *err);
+
+#define HCB_CALL_WAIT_WARN_NS ((uint64_t)5000000000u)
+
+/* Receives the runtime's warnings: conditions a person should see that are
+ * no error of one callback.  Without one they go to stderr.  Called from
+ * any thread, with no lock held; `message` is borrowed. */
+typedef void (*hcb_log_fn)(void *user, const char *message);
+
+/* Sets (or with fn NULL, clears) the warning sink. */
+HCB_API void hcb_runtime_set_log(hcb_runtime *rt, hcb_log_fn fn, void *user);
 
 /* Queues `rec` for its device, waiting while the queue is over its bound
  * (back-pressure), and starts the device's consumer thread if needed.

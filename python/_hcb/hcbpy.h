@@ -1,7 +1,9 @@
 /*
- * hcbpy.h - state shared by the two files of the CPython extension
- * host_callback._hcb: module.c (the module and its functions) and tap.c
- * (delivering a record to a Python tap function).
+ * hcbpy.h - state shared by the files of the CPython extension
+ * host_callback._hcb: module.c (the module and its functions), tap.c
+ * (delivering a record to a Python tap function), call.c (running a Python
+ * call function for XLA and checking its result) and bridge.c (what taps
+ * and calls share: the GIL, numpy arrays over records, devices).
  */
 #ifndef HCB_PY_H
 #define HCB_PY_H
@@ -21,10 +23,13 @@ typedef struct hcb_state {
     PyTypeObject *owner_type; /* RecordOwner: keeps a record alive */
     PyObject *dtypes;         /* tuple: hcb_dtype -> numpy dtype or None */
     PyObject *device_lookup;  /* callable(device_key) -> jax.Device */
-    PyObject *on_error;       /* callable(site, exception) -> None */
+    PyObject *on_error;       /* callable(site, exception) -> traceback str */
+    PyObject *tree_flatten;   /* jax.tree_util.tree_flatten */
+    PyObject *warn;           /* callable(message): the runtime's warnings */
     PyObject *device_cache;   /* dict: device_key -> jax.Device */
     PyObject *str_unflatten;  /* interned "unflatten" */
     PyObject *str_device;     /* interned "device" */
+    PyObject *kw_device;      /* ("device",): vectorcall keyword names */
     atomic_int shutting_down; /* set at exit: taps are no longer delivered */
 } hcb_state;
 
@@ -38,10 +43,43 @@ typedef struct hcb_py_target {
     char name[64];
 } hcb_py_target;
 
+/* A Python call target (call.c), likewise kept for the process. */
+typedef struct hcb_py_call_target {
+    PyObject *module; /* strong */
+    hcb_state *state;
+    PyObject *site;           /* strong: host_callback._call.CallSite */
+    PyObject *func;           /* borrowed from site */
+    PyObject *arg_treedef;    /* borrowed from site */
+    PyObject *result_treedef; /* borrowed from site */
+    int result_is_leaf;       /* result_shape is one array: the fast path */
+    int with_device;          /* pass device= */
+    int narrow_x64; /* accept 64-bit results for declared 32-bit types */
+    char name[64];
+} hcb_py_call_target;
+
+/* bridge.c */
+/* Takes the GIL from any thread; -1 (nothing taken) once the interpreter
+ * is shutting down. */
+int hcb_py_gil_ensure(hcb_state *st, PyGILState_STATE *gil);
+void hcb_py_gil_release(PyGILState_STATE gil);
+/* A tuple of numpy arrays viewing the record's arrays (keeping it alive). */
+PyObject *hcb_py_arrays_of(hcb_state *st, hcb_record *rec);
+/* The jax.Device of a device key (new reference). */
+PyObject *hcb_py_device_of(hcb_state *st, hcb_device key);
+/* Takes the pending exception (normalised, with its traceback). */
+PyObject *hcb_py_fetch_exception(void);
+PyType_Spec *hcb_py_owner_spec(void);
+/* The runtime's log sink (hcb_log_fn); `user` is the module state. */
+void hcb_py_log(void *user, const char *message);
+
 /* tap.c */
 int hcb_py_tap(void *user, hcb_record *rec, hcb_error *err);
 /* True while this thread runs a Python tap function. */
 int hcb_py_in_tap(void);
-PyType_Spec *hcb_py_owner_spec(void);
+
+/* call.c */
+int hcb_py_call(void *user, hcb_device device, const hcb_array *args,
+                size_t nargs, const hcb_array *results, size_t nresults,
+                hcb_error *err);
 
 #endif /* HCB_PY_H */

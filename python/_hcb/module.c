@@ -1,14 +1,16 @@
 /*
  * module.c - host_callback._hcb, the CPython face of libhcb.
  *
- * The only C in the project that sees Python, with tap.c.  It registers
- * Python tap sites as runtime targets, exposes the FFI handlers as capsules
+ * The only C in the project that sees Python, with bridge.c, tap.c and
+ * call.c.  It registers Python tap and call sites as runtime targets,
+ * exposes the FFI handlers as capsules
  * for jax.ffi.register_ffi_target, and wraps the runtime's barrier, stop,
  * stats and errors.  Every call that may wait releases the GIL.
  * Multi-phase initialisation; the state lives in module state.
  */
 #define PY_ARRAY_UNIQUE_SYMBOL hcb_ARRAY_API
 #define NPY_NO_DEPRECATED_API  NPY_2_0_API_VERSION
+#define NPY_TARGET_VERSION     NPY_2_0_API_VERSION
 #include "hcbpy.h"
 
 #include <numpy/arrayobject.h>
@@ -32,24 +34,26 @@ raise_hcb(const hcb_error *err)
     return NULL;
 }
 
-/* configure(dtypes, device_lookup, on_error) */
+/* configure(dtypes, device_lookup, on_error, tree_flatten, warn) */
 static PyObject *
 hcb_configure(PyObject *module, PyObject *args)
 {
     hcb_state *st = state_of(module);
-    PyObject *dtypes, *lookup, *on_error;
+    PyObject *dtypes, *lookup, *on_error, *flatten, *warn;
 
-    if (!PyArg_ParseTuple(args, "O!OO:configure", &PyTuple_Type, &dtypes,
-                          &lookup, &on_error))
+    if (!PyArg_ParseTuple(args, "O!OOOO:configure", &PyTuple_Type, &dtypes,
+                          &lookup, &on_error, &flatten, &warn))
         return NULL;
     if (PyTuple_GET_SIZE(dtypes) != HCB_PY_NDTYPES) {
         PyErr_Format(PyExc_ValueError, "dtypes must have %d entries, got %zd",
                      HCB_PY_NDTYPES, PyTuple_GET_SIZE(dtypes));
         return NULL;
     }
-    if (!PyCallable_Check(lookup) || !PyCallable_Check(on_error)) {
+    if (!PyCallable_Check(lookup) || !PyCallable_Check(on_error) ||
+        !PyCallable_Check(flatten) || !PyCallable_Check(warn)) {
         PyErr_SetString(PyExc_TypeError,
-                        "device_lookup and on_error must be callable");
+                        "device_lookup, on_error, tree_flatten and warn must "
+                        "be callable");
         return NULL;
     }
     Py_INCREF(dtypes);
@@ -58,6 +62,11 @@ hcb_configure(PyObject *module, PyObject *args)
     Py_XSETREF(st->device_lookup, lookup);
     Py_INCREF(on_error);
     Py_XSETREF(st->on_error, on_error);
+    Py_INCREF(flatten);
+    Py_XSETREF(st->tree_flatten, flatten);
+    Py_INCREF(warn);
+    Py_XSETREF(st->warn, warn);
+    hcb_runtime_set_log(st->rt, hcb_py_log, st);
     Py_RETURN_NONE;
 }
 
@@ -111,6 +120,83 @@ hcb_register_tap(PyObject *module, PyObject *args)
     return PyLong_FromUnsignedLongLong(id);
 }
 
+/* An int field of `obj`, or -1 with an exception set. */
+static long
+int_attr(PyObject *obj, const char *name)
+{
+    PyObject *v = PyObject_GetAttrString(obj, name);
+    long n = v != NULL ? PyLong_AsLong(v) : -1;
+
+    Py_XDECREF(v);
+    return n;
+}
+
+/* register_call(site, name) -> int.  `site` is a CallSite: (func,
+ * arg_treedef, result_treedef, result_avals, with_device, narrow_x64); it is
+ * kept for the life of the process. */
+static PyObject *
+hcb_register_call(PyObject *module, PyObject *args)
+{
+    hcb_state *st = state_of(module);
+    hcb_call_target target = HCB_CALL_TARGET_INIT;
+    hcb_py_call_target *t;
+    PyObject *site;
+    const char *name;
+    Py_ssize_t name_len;
+    long nodes, leaves;
+    int with_device, narrow;
+    uint64_t id;
+    hcb_error err;
+
+    if (!PyArg_ParseTuple(args, "O!s#:register_call", &PyTuple_Type, &site,
+                          &name, &name_len))
+        return NULL;
+    if (PyTuple_GET_SIZE(site) != 6 ||
+        !PyCallable_Check(PyTuple_GET_ITEM(site, 0)) ||
+        !PyTuple_Check(PyTuple_GET_ITEM(site, 3))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "site must be (func, arg_treedef, result_treedef, "
+                        "result_avals, with_device, narrow_x64)");
+        return NULL;
+    }
+    if (st->dtypes == NULL || st->tree_flatten == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    nodes = int_attr(PyTuple_GET_ITEM(site, 2), "num_nodes");
+    leaves = int_attr(PyTuple_GET_ITEM(site, 2), "num_leaves");
+    with_device = PyObject_IsTrue(PyTuple_GET_ITEM(site, 4));
+    narrow = PyObject_IsTrue(PyTuple_GET_ITEM(site, 5));
+    if (nodes < 0 || leaves < 0 || with_device < 0 || narrow < 0)
+        return NULL;
+    t = PyMem_RawCalloc(1, sizeof *t);
+    if (t == NULL)
+        return PyErr_NoMemory();
+    Py_INCREF(module);
+    t->module = module;
+    t->state = st;
+    Py_INCREF(site);
+    t->site = site;
+    t->func = PyTuple_GET_ITEM(site, 0);
+    t->arg_treedef = PyTuple_GET_ITEM(site, 1);
+    t->result_treedef = PyTuple_GET_ITEM(site, 2);
+    t->result_is_leaf = nodes == 1 && leaves == 1;
+    t->with_device = with_device;
+    t->narrow_x64 = narrow;
+    snprintf(t->name, sizeof t->name, "%.*s", (int)name_len, name);
+    target.fn = hcb_py_call;
+    target.user = t;
+    target.name = t->name;
+    target.name_len = strlen(t->name);
+    if (hcb_runtime_register_call(st->rt, &target, &id, &err) != HCB_OK) {
+        Py_DECREF(site);
+        Py_DECREF(module);
+        PyMem_RawFree(t);
+        return raise_hcb(&err);
+    }
+    return PyLong_FromUnsignedLongLong(id);
+}
+
 static PyObject *
 hcb_ffi_handlers(PyObject *module, PyObject *unused)
 {
@@ -120,13 +206,21 @@ hcb_ffi_handlers(PyObject *module, PyObject *unused)
     (void)unused;
     if (d == NULL)
         return NULL;
-    cap = PyCapsule_New((void *)hcb_ffi_tap, NULL, NULL);
-    if (cap == NULL || PyDict_SetItemString(d, "hcb_tap", cap) < 0) {
-        Py_XDECREF(cap);
-        Py_DECREF(d);
-        return NULL;
+    static const struct {
+        const char *name;
+        XLA_FFI_Handler *fn;
+    } handlers[] = {{"hcb_tap", hcb_ffi_tap}, {"hcb_call", hcb_ffi_call}};
+    size_t i;
+
+    for (i = 0; i < sizeof handlers / sizeof handlers[0]; i++) {
+        cap = PyCapsule_New((void *)handlers[i].fn, NULL, NULL);
+        if (cap == NULL || PyDict_SetItemString(d, handlers[i].name, cap) < 0) {
+            Py_XDECREF(cap);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(cap);
     }
-    Py_DECREF(cap);
     return d;
 }
 
@@ -305,9 +399,12 @@ static PyMethodDef hcb_methods[] = {
     {"in_tap", hcb_in_tap, METH_NOARGS,
      "in_tap() -> whether this thread is running a tap function."},
     {"configure", hcb_configure, METH_VARARGS,
-     "configure(dtypes, device_lookup, on_error): set the Python hooks."},
+     "configure(dtypes, device_lookup, on_error, tree_flatten, warn): set "
+     "the Python hooks."},
     {"register_tap", hcb_register_tap, METH_VARARGS,
      "register_tap(site, name) -> id: register a Python tap site."},
+    {"register_call", hcb_register_call, METH_VARARGS,
+     "register_call(site, name) -> id: register a Python call site."},
     {"ffi_handlers", hcb_ffi_handlers, METH_NOARGS,
      "ffi_handlers() -> {name: capsule} for jax.ffi.register_ffi_target."},
     {"barrier", (PyCFunction)(void (*)(void))hcb_barrier, METH_FASTCALL,
@@ -351,6 +448,9 @@ hcb_exec(PyObject *module)
     if (st->device_cache == NULL || st->str_unflatten == NULL ||
         st->str_device == NULL)
         return -1;
+    st->kw_device = PyTuple_Pack(1, st->str_device);
+    if (st->kw_device == NULL)
+        return -1;
     if (PyModule_AddStringConstant(module, "version", hcb_version_string()) <
             0 ||
         PyModule_AddIntConstant(module, "ALL_DEVICES", (long)HCB_ALL_DEVICES) <
@@ -368,6 +468,8 @@ hcb_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->dtypes);
     Py_VISIT(st->device_lookup);
     Py_VISIT(st->on_error);
+    Py_VISIT(st->tree_flatten);
+    Py_VISIT(st->warn);
     Py_VISIT(st->device_cache);
     return 0;
 }
@@ -377,13 +479,18 @@ hcb_clear(PyObject *module)
 {
     hcb_state *st = state_of(module);
 
+    if (st->rt != NULL)
+        hcb_runtime_set_log(st->rt, NULL, NULL);
     Py_CLEAR(st->owner_type);
     Py_CLEAR(st->dtypes);
     Py_CLEAR(st->device_lookup);
     Py_CLEAR(st->on_error);
+    Py_CLEAR(st->tree_flatten);
+    Py_CLEAR(st->warn);
     Py_CLEAR(st->device_cache);
     Py_CLEAR(st->str_unflatten);
     Py_CLEAR(st->str_device);
+    Py_CLEAR(st->kw_device);
     return 0;
 }
 

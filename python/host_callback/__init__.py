@@ -7,10 +7,13 @@ line::
 
 ``id_tap`` sends values from compiled code to a Python function on the host,
 asynchronously, through per-device bounded queues served by C consumer
-threads.  ``barrier_wait`` waits for every pending tap and reports
-exceptions raised by tap functions.  See README.md and docs/.
+threads.  ``call`` calls a Python function synchronously and returns its
+checked result to the computation.  ``barrier_wait`` waits for every
+pending tap and reports exceptions raised by callbacks.  See README.md and
+docs/.
 """
 
+from host_callback._call import call
 from host_callback._runtime import barrier_wait
 from host_callback._runtime import stats
 from host_callback._runtime import stop_outfeed_receiver
@@ -26,6 +29,7 @@ __all__ = [
     "CallbackFlavor",
     "TapFunctionException",
     "barrier_wait",
+    "call",
     "id_tap",
     "stats",
     "stop_outfeed_receiver",

@@ -1,9 +1,9 @@
 """The bridge between the Python API and the C runtime (``_hcb``).
 
-It owns what is process-wide on the Python side: the registry of tap sites
-(each gets the id that compiled programs carry), the registration of the FFI
-handlers with XLA, the last exception raised by a tap function, and the
-``atexit`` flush.  ``barrier_wait``, ``stop_outfeed_receiver`` and ``stats``
+It owns what is process-wide on the Python side: the registry of tap and
+call sites (each gets the id that compiled programs carry), the registration
+of the FFI handlers with XLA, the last exception raised by a callback, and
+the ``atexit`` flush.  ``barrier_wait``, ``stop_outfeed_receiver`` and ``stats``
 live here too.
 """
 
@@ -13,6 +13,7 @@ import atexit
 import logging
 import threading
 import traceback
+import weakref
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -40,33 +41,66 @@ class TapSite(NamedTuple):
   with_device: bool
 
 
-class _ByIdentity:
-  """Wraps an unhashable callable so that a site can be hashed by it."""
+class CallSite(NamedTuple):
+  """What a compiled ``call`` refers to by id: the function, how to rebuild
+  its argument, the declared result (treedef and ``(shape, dtype)`` per
+  leaf), whether it wants the device, and whether a 64-bit result may fill
+  a declared 32-bit one (JAX without x64).  The C target reads the fields by
+  position (python/_hcb/module.c, register_call)."""
 
-  __slots__ = ("func",)
+  func: Callable[..., Any]
+  arg_treedef: Any
+  result_treedef: Any
+  result_avals: tuple[tuple[tuple[int, ...], np.dtype], ...]
+  with_device: bool
+  narrow_x64: bool
 
-  def __init__(self, func: Callable[..., Any]):
+
+class _CallableKey:
+  """Stands for a callable that cannot itself be a primitive parameter: one
+  that is unhashable (compared by identity) or that takes no weak
+  references (numpy ufuncs, builtins; compared like the callable)."""
+
+  __slots__ = ("func", "by_identity", "__weakref__")
+
+  def __init__(self, func: Callable[..., Any], by_identity: bool):
     self.func = func
+    self.by_identity = by_identity
 
   def __call__(self, *args: Any, **kwargs: Any) -> Any:
     return self.func(*args, **kwargs)
 
   def __hash__(self) -> int:
-    return id(self.func)
+    return id(self.func) if self.by_identity else hash(self.func)
 
   def __eq__(self, other: object) -> bool:
-    return isinstance(other, _ByIdentity) and other.func is self.func
+    if not isinstance(other, _CallableKey):
+      return False
+    if self.by_identity or other.by_identity:
+      return other.func is self.func
+    return bool(other.func == self.func)
 
   def __repr__(self) -> str:
     return repr(self.func)
 
 
 def hashable_callable(func: Callable[..., Any]) -> Callable[..., Any]:
+  """``func``, or a stand-in that JAX can hash and weakly reference."""
   try:
     hash(func)
-    return func
   except TypeError:
-    return _ByIdentity(func)
+    return _CallableKey(func, by_identity=True)
+  try:
+    weakref.ref(func)
+  except TypeError:
+    return _CallableKey(func, by_identity=False)
+  return func
+
+
+def callable_name(func: Callable[..., Any]) -> str:
+  """The name messages use for a callback."""
+  func = func.func if isinstance(func, _CallableKey) else func
+  return str(getattr(func, "__qualname__", None) or repr(func))
 
 
 def _dtype_table() -> tuple[Any, ...]:
@@ -105,28 +139,36 @@ class _State:
 
   def __init__(self) -> None:
     self.lock = threading.Lock()
-    self.site_ids: dict[TapSite, int] = {}
+    self.site_ids: dict[tuple[type, Any], int] = {}
     self.handlers_registered = False
     self.atexit_registered = False
     self.exiting = False
-    # (exception, formatted traceback) of the last failing tap function.
+    # (exception, formatted traceback) of the last failing callback.
     self.last_exception: tuple[BaseException, str] | None = None
 
 
 _state = _State()
 
 
-def _on_tap_error(site: TapSite, exc: BaseException) -> None:
-  """Called by the C consumer (with the GIL) when a tap function raised."""
+def _on_callback_error(site: TapSite | CallSite, exc: BaseException) -> str:
+  """Called from C (with the GIL) when a tap or call function raised or a
+  call returned a wrong result: logs it, keeps it for barrier_wait and
+  returns the formatted traceback (for the message of a failed call)."""
   formatted = "".join(
       traceback.format_exception(type(exc), exc, exc.__traceback__))
-  logger.error("exception in tap function %r (postponed to barrier_wait):\n%s",
-               site.func, formatted)
+  if isinstance(site, CallSite):
+    logger.error("error in call function %r (also raised by the computation "
+                 "and by barrier_wait):\n%s", site.func, formatted)
+  else:
+    logger.error("exception in tap function %r (postponed to barrier_wait):"
+                 "\n%s", site.func, formatted)
   with _state.lock:
     _state.last_exception = (exc, formatted)
+  return formatted
 
 
-_hcb.configure(_dtype_table(), _device_for_key, _on_tap_error)
+_hcb.configure(_dtype_table(), _device_for_key, _on_callback_error,
+               jax.tree_util.tree_flatten, logger.warning)
 _hcb.set_max_queue_bytes(_config.MAX_QUEUE_BYTES)
 
 
@@ -153,18 +195,24 @@ def ensure_started() -> None:
       _state.atexit_registered = True
 
 
-def site_id(site: TapSite) -> int:
-  """The runtime id of a tap site, registering it on first use."""
-  found = _state.site_ids.get(site)
+def site_id(site: TapSite | CallSite) -> int:
+  """The runtime id of a tap or call site, registering it on first use."""
+  key = (type(site), site)
+  found = _state.site_ids.get(key)
   if found is not None:
     return found
   ensure_started()
   with _state.lock:
-    found = _state.site_ids.get(site)
+    found = _state.site_ids.get(key)
     if found is None:
-      name = getattr(site.func, "__qualname__", None) or repr(site.func)
-      found = _hcb.register_tap(site, str(name))
-      _state.site_ids[site] = found
+      name = callable_name(site.func)
+      if len(name) > 63:  # the runtime keeps 63 bytes: keep the end
+        name = "..." + name[-60:]
+      if isinstance(site, CallSite):
+        found = _hcb.register_call(site, name)
+      else:
+        found = _hcb.register_tap(site, name)
+      _state.site_ids[key] = found
     return found
 
 

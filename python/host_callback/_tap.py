@@ -17,11 +17,12 @@ import jax
 import numpy as np
 from jax._src import core as jax_core
 from jax._src import dispatch
-from jax._src.interpreters import partial_eval as pe
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from host_callback import _config
+from host_callback import _dce
+from host_callback import _leaves
 from host_callback import _runtime
 from host_callback._types import CallbackFlavor
 
@@ -57,91 +58,10 @@ tap_p.def_abstract_eval(_tap_abstract_eval)
 mlir.register_lowering(tap_p, _tap_lowering, platform="cpu")
 
 
-# ---- keeping taps whose results are unused ---------------------------------
-#
-# JAX removes an equation whose outputs are unused unless it has an effect,
-# and our primitive deliberately has none (effects would cost the fast
-# dispatch path).  Our own DCE rule keeps the tap; the wrapped rules of the
-# primitives that hold sub-jaxprs (scan, while, cond, jit, remat, custom
-# derivatives, shard_map) keep a container whose body holds a tap.
-
-def _keeps(eqn: jax_core.JaxprEqn) -> bool:
-  return (eqn.primitive is tap_p and
-          eqn.params["flavor"] is not CallbackFlavor.PURE)
-
-
-_holds_tap_cache: dict[int, tuple[Any, bool]] = {}
-
-
-def _jaxpr_holds_tap(jaxpr: jax_core.Jaxpr) -> bool:
-  cached = _holds_tap_cache.get(id(jaxpr))
-  if cached is not None and cached[0] is jaxpr:
-    return cached[1]
-  found = any(_keeps(eqn) or _eqn_holds_tap(eqn) for eqn in jaxpr.eqns)
-  if len(_holds_tap_cache) > 4096:
-    _holds_tap_cache.clear()
-  _holds_tap_cache[id(jaxpr)] = (jaxpr, found)
-  return found
-
-
-def _eqn_holds_tap(eqn: jax_core.JaxprEqn) -> bool:
-  for sub in jax_core.jaxprs_in_params(eqn.params):
-    if _jaxpr_holds_tap(sub):
-      return True
-  return False
-
-
-def _tap_dce_rule(used_outputs: list[bool], eqn: jax_core.JaxprEqn
-                  ) -> tuple[list[bool], jax_core.JaxprEqn | None]:
-  if _keeps(eqn) or any(used_outputs):
-    return [True] * len(eqn.invars), eqn
-  return [False] * len(eqn.invars), None
-
-
-def _keep_tapping_containers(rule: Callable[..., Any]) -> Callable[..., Any]:
-  def rule_keeping_taps(used_outputs: list[bool], eqn: jax_core.JaxprEqn):
-    if not any(used_outputs) and _eqn_holds_tap(eqn):
-      # Nothing downstream needs the container, but its taps must run:
-      # keep it whole (XLA still removes dead code that is not a tap).
-      return [True] * len(eqn.invars), eqn
-    return rule(used_outputs, eqn)
-
-  rule_keeping_taps.__wrapped__ = rule  # type: ignore[attr-defined]
-  return rule_keeping_taps
-
-
-def _install_dce_rules() -> None:
-  from jax._src.lax.control_flow import loops
-
-  pe.dce_rules[tap_p] = _tap_dce_rule
-  containers = [p for p in pe.dce_rules if p is not tap_p]
-  for prim in containers:
-    if not hasattr(pe.dce_rules[prim], "__wrapped__"):
-      pe.dce_rules[prim] = _keep_tapping_containers(pe.dce_rules[prim])
-  if loops.while_p not in pe.dce_rules:
-    pe.dce_rules[loops.while_p] = _keep_tapping_containers(
-        pe._default_dce_rule)
-
-
-_install_dce_rules()
+_dce.keep_when_unused(tap_p)
 
 
 # ---- the API ----------------------------------------------------------------
-
-def _is_key(x: Any) -> bool:
-  dtype = getattr(x, "dtype", None)
-  return dtype is not None and jax.dtypes.issubdtype(dtype,
-                                                     jax.dtypes.prng_key)
-
-
-def _key_data_of_keys(leaves: list[Any]) -> list[Any]:
-  """The leaves as the custom call carries them: typed keys as key data."""
-  return [jax.random.key_data(x) if _is_key(x) else x for x in leaves]
-
-
-def _as_array(x: Any) -> Any:
-  return x if isinstance(x, (jax.Array, jax_core.Tracer)) else jax.numpy.asarray(x)
-
 
 def _tap_inline(site: _runtime.TapSite, leaves: list[Any],
                 device_index: int) -> None:
@@ -193,31 +113,23 @@ def id_tap(tap_func: Callable[..., Any], arg: Any, *, result: Any = None,
     raise TypeError("callback_flavor must be a CallbackFlavor, got "
                     f"{callback_flavor!r}")
 
-  leaves, treedef = jax.tree_util.tree_flatten(arg)
-  leaves = [_as_array(x) for x in leaves]
-  tapped = _key_data_of_keys(leaves)
+  leaves, treedef = _leaves.flatten(arg)
+  tapped = _leaves.key_data_of_keys(leaves)
   site = _runtime.TapSite(_runtime.hashable_callable(tap_func), treedef, (),
                           bool(tap_with_device))
 
   if result is not None:
-    res_leaves, res_treedef = jax.tree_util.tree_flatten(result)
-    res_leaves = [_as_array(x) for x in res_leaves]
+    res_leaves, res_treedef = _leaves.flatten(result)
   else:
     res_leaves, res_treedef = [], None
 
-  if _config.INLINE and not any(
-      isinstance(x, jax_core.Tracer) for x in tapped + res_leaves):
+  if _config.INLINE and not _leaves.any_tracer(tapped + res_leaves):
     _tap_inline(site, tapped, device_index)
     return arg if result is None else result
 
-  outs = tap_p.bind(*tapped, *_key_data_of_keys(res_leaves), site=site,
+  outs = tap_p.bind(*tapped, *_leaves.key_data_of_keys(res_leaves), site=site,
                     ntapped=len(tapped),
                     device_index=int(device_index), flavor=callback_flavor)
   if result is None:
-    return treedef.unflatten(_rewrap_keys(leaves, outs[:len(tapped)]))
-  return res_treedef.unflatten(_rewrap_keys(res_leaves, outs[len(tapped):]))
-
-
-def _rewrap_keys(originals: list[Any], outs: list[Any]) -> list[Any]:
-  return [jax.random.wrap_key_data(o, impl=jax.random.key_impl(x))
-          if _is_key(x) else o for x, o in zip(originals, outs)]
+    return treedef.unflatten(_leaves.rewrap_keys(leaves, outs[:len(tapped)]))
+  return res_treedef.unflatten(_leaves.rewrap_keys(res_leaves, outs[len(tapped):]))

@@ -69,6 +69,30 @@ tf_add_buffer(test_frame *tf, XLA_FFI_DataType dtype, void *data, int64_t rank,
     tf->ret_types[i] = XLA_FFI_RetType_BUFFER;
 }
 
+void
+tf_add_arg(test_frame *tf, XLA_FFI_DataType dtype, void *data, int64_t rank,
+           int64_t *dims)
+{
+    int64_t i = tf->frame.args.size++;
+
+    tf->args[i] = (XLA_FFI_Buffer){
+        XLA_FFI_Buffer_STRUCT_SIZE, NULL, dtype, data, rank, dims};
+    tf->arg_ptrs[i] = &tf->args[i];
+    tf->arg_types[i] = XLA_FFI_ArgType_BUFFER;
+}
+
+void
+tf_add_ret(test_frame *tf, XLA_FFI_DataType dtype, void *data, int64_t rank,
+           int64_t *dims)
+{
+    int64_t i = tf->frame.rets.size++;
+
+    tf->rets[i] = (XLA_FFI_Buffer){
+        XLA_FFI_Buffer_STRUCT_SIZE, NULL, dtype, data, rank, dims};
+    tf->ret_ptrs[i] = &tf->rets[i];
+    tf->ret_types[i] = XLA_FFI_RetType_BUFFER;
+}
+
 static void
 add_scalar(test_frame *tf, const char *name, XLA_FFI_DataType dtype,
            void *value)

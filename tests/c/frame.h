@@ -7,7 +7,7 @@
 
 #include "hcb/ffi.h"
 
-#define TF_MAX 8
+#define TF_MAX 24
 
 typedef struct test_frame {
     XLA_FFI_CallFrame frame;
@@ -27,7 +27,7 @@ typedef struct test_frame {
 /* The fake API: errors are heap objects holding code and message. */
 typedef struct test_error {
     XLA_FFI_Error_Code code;
-    char message[512];
+    char message[HCB_ERROR_MESSAGE_SIZE];
 } test_error;
 
 extern int32_t test_device_ordinal; /* what DeviceOrdinal_Get reports */
@@ -37,6 +37,11 @@ void tf_init(test_frame *tf);
  * `ret_data` is given. */
 void tf_add_buffer(test_frame *tf, XLA_FFI_DataType dtype, void *data,
                    int64_t rank, int64_t *dims, void *ret_data);
+/* Adds an operand, or a result, alone (call frames do not alias). */
+void tf_add_arg(test_frame *tf, XLA_FFI_DataType dtype, void *data,
+                int64_t rank, int64_t *dims);
+void tf_add_ret(test_frame *tf, XLA_FFI_DataType dtype, void *data,
+                int64_t rank, int64_t *dims);
 /* Attributes must be added in sorted name order, as XLA sorts them. */
 void tf_add_u64(test_frame *tf, const char *name, uint64_t v);
 void tf_add_i64(test_frame *tf, const char *name, int64_t v);

@@ -13,7 +13,7 @@ static void
 test_error_set_formats_and_truncates(void **state)
 {
     hcb_error err;
-    char big[2000];
+    char big[HCB_ERROR_MESSAGE_SIZE + 100];
 
     (void)state;
     assert_int_equal(hcb_error_set(&err, HCB_EINVAL, "bad %s %d", "x", 3),

@@ -52,7 +52,8 @@ teardown(void **state)
 static int
 run(test_frame *tf, char *msg)
 {
-    return tf_error_code(hcb__ffi_tap_execute(rt, &tf->frame), msg, 512);
+    return tf_error_code(hcb__ffi_tap_execute(rt, &tf->frame), msg,
+                         HCB_ERROR_MESSAGE_SIZE);
 }
 
 static void
@@ -69,7 +70,7 @@ test_good_frame_taps_and_aliases(void **state)
     int32_t y[2] = {7, 8};
     int64_t dx[1] = {3}, dy[1] = {2};
     test_frame tf;
-    char msg[512];
+    char msg[HCB_ERROR_MESSAGE_SIZE];
     size_t before = tu_sink_count(sink);
 
     (void)state;
@@ -97,7 +98,7 @@ test_unaliased_result_is_copied(void **state)
     float x[2] = {4, 5}, out[2] = {0, 0};
     int64_t d[1] = {2};
     test_frame tf;
-    char msg[512];
+    char msg[HCB_ERROR_MESSAGE_SIZE];
 
     (void)state;
     tf_init(&tf);
@@ -113,7 +114,7 @@ static void
 test_zero_operands(void **state)
 {
     test_frame tf;
-    char msg[512];
+    char msg[HCB_ERROR_MESSAGE_SIZE];
     size_t before = tu_sink_count(sink);
 
     (void)state;
@@ -132,7 +133,7 @@ test_malformed_frames_fail_cleanly(void **state)
     float x[1] = {1};
     int64_t d[1] = {1};
     test_frame tf;
-    char msg[512];
+    char msg[HCB_ERROR_MESSAGE_SIZE];
 
     (void)state;
     /* Wrong stage. */
@@ -188,7 +189,7 @@ test_out_of_memory_is_an_error(void **state)
     float x[4] = {1, 2, 3, 4};
     int64_t d[1] = {4};
     test_frame tf;
-    char msg[512];
+    char msg[HCB_ERROR_MESSAGE_SIZE];
 
     (void)state;
     tu_install_allocator();

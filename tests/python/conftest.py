@@ -1,6 +1,9 @@
-"""Shared fixtures: a thread-safe collector of tap calls, and a helper that
-runs a Python snippet in a fresh interpreter (for settings that must be in
-place before JAX or host_callback initialise)."""
+"""Shared fixtures: a thread-safe collector of tap calls, the dtypes every
+callback must carry, and a helper that runs a Python snippet in a fresh
+interpreter (for settings that must be in place before JAX or host_callback
+initialise).
+
+The test session has 4 CPU devices (set before JAX initialises)."""
 
 from __future__ import annotations
 
@@ -11,9 +14,18 @@ import textwrap
 import threading
 from typing import Any
 
-import pytest
+os.environ.setdefault("JAX_NUM_CPU_DEVICES", "4")
 
-import host_callback as hcb
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import host_callback as hcb  # noqa: E402
+
+# Every dtype a callback carries without x64 (the 64-bit ones need x64 and
+# are tested in subprocesses).
+DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.uint8, np.uint16,
+          np.uint32, np.float16, ml_dtypes.bfloat16, np.float32, np.complex64]
 
 
 class Collector:

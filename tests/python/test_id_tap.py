@@ -7,14 +7,13 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
 from jax import lax
 
 import host_callback as hcb
 
-from conftest import run_python
+from conftest import DTYPES, run_python
 
 
 def test_eager_identity_and_delivery(collect):
@@ -62,10 +61,6 @@ def test_pytrees_keep_their_structure(collect, arg):
   for g, a in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(arg)):
     assert isinstance(g, np.ndarray)
     np.testing.assert_array_equal(g, np.asarray(a))
-
-
-DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.uint8, np.uint16,
-          np.uint32, np.float16, ml_dtypes.bfloat16, np.float32, np.complex64]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)

@@ -1,0 +1,222 @@
+/*
+ * bridge.c - what taps (tap.c) and calls (call.c) share on their way into
+ * Python: taking the GIL from a runtime thread, numpy arrays over a record's
+ * memory, the jax.Device of a device key, and the pending exception.
+ */
+#define NO_IMPORT_ARRAY
+#define PY_ARRAY_UNIQUE_SYMBOL hcb_ARRAY_API
+#define NPY_NO_DEPRECATED_API  NPY_2_0_API_VERSION
+#define NPY_TARGET_VERSION     NPY_2_0_API_VERSION
+#include "hcbpy.h"
+
+#include <numpy/arrayobject.h>
+
+#if PY_VERSION_HEX >= 0x030D0000
+#define HCB_PY_FINALIZING() Py_IsFinalizing()
+#else
+#define HCB_PY_FINALIZING() _Py_IsFinalizing()
+#endif
+
+/* ---- the GIL ------------------------------------------------------------ */
+
+/* Whether this thread keeps a Python thread state between callbacks. */
+static _Thread_local int keeps_thread_state;
+
+int
+hcb_py_gil_ensure(hcb_state *st, PyGILState_STATE *gil)
+{
+    /* Taking the GIL during finalisation would hang or kill this thread. */
+    if (atomic_load(&st->shutting_down) || HCB_PY_FINALIZING())
+        return -1;
+    if (!keeps_thread_state) {
+        /* An XLA or consumer thread calls Python many times.  Without a
+         * thread state of its own, every PyGILState_Ensure would create one
+         * and every Release destroy it.  One Ensure that is never released
+         * keeps it: later Ensure/Release pairs only take and drop the GIL.
+         * Python frees it at finalisation with the other thread states. */
+        PyGILState_Ensure();
+        keeps_thread_state = 1;
+        PyEval_SaveThread();
+    }
+    *gil = PyGILState_Ensure();
+    return 0;
+}
+
+void
+hcb_py_gil_release(PyGILState_STATE gil)
+{
+    PyGILState_Release(gil);
+}
+
+/* ---- RecordOwner: the base object of the numpy arrays of one record ---- */
+
+typedef struct {
+    PyObject_HEAD hcb_record *rec; /* one reference, released on dealloc */
+} record_owner;
+
+static void
+owner_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+
+    hcb_record_release(((record_owner *)self)->rec);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot owner_slots[] = {
+    {Py_tp_dealloc, (void *)owner_dealloc},
+    {Py_tp_doc, (void *)"Keeps the memory of one tap record alive."},
+    {0, NULL},
+};
+
+static PyType_Spec owner_spec = {
+    .name = "host_callback._hcb.RecordOwner",
+    .basicsize = sizeof(record_owner),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = owner_slots,
+};
+
+PyType_Spec *
+hcb_py_owner_spec(void)
+{
+    return &owner_spec;
+}
+
+static PyObject *
+owner_new(hcb_state *st, hcb_record *rec)
+{
+    record_owner *o = PyObject_New(record_owner, st->owner_type);
+
+    if (o == NULL)
+        return NULL;
+    hcb_record_retain(rec);
+    o->rec = rec;
+    return (PyObject *)o;
+}
+
+/* ---- arrays ------------------------------------------------------------ */
+
+static PyObject *
+array_over(hcb_state *st, const hcb_array *a, PyObject *owner)
+{
+    npy_intp dims[HCB_MAX_RANK];
+    PyObject *descr, *arr;
+    int32_t i;
+
+    descr = (unsigned)a->dtype < HCB_PY_NDTYPES
+                ? PyTuple_GET_ITEM(st->dtypes, a->dtype)
+                : Py_None;
+    if (descr == Py_None) {
+        PyErr_Format(PyExc_TypeError, "no numpy dtype for %s (XLA type %d)",
+                     hcb_dtype_name(a->dtype), (int)a->dtype);
+        return NULL;
+    }
+    for (i = 0; i < a->rank; i++)
+        dims[i] = (npy_intp)a->dims[i];
+    Py_INCREF(descr); /* PyArray_NewFromDescr steals it */
+    arr = PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr *)descr, a->rank,
+                               dims, NULL, a->data, NPY_ARRAY_CARRAY, NULL);
+    if (arr == NULL)
+        return NULL;
+    Py_INCREF(owner);
+    if (PyArray_SetBaseObject((PyArrayObject *)arr, owner) < 0) {
+        Py_DECREF(arr);
+        return NULL;
+    }
+    return arr;
+}
+
+PyObject *
+hcb_py_arrays_of(hcb_state *st, hcb_record *rec)
+{
+    size_t i, n = hcb_record_nargs(rec);
+    const hcb_array *args = hcb_record_args(rec);
+    PyObject *owner, *tuple;
+
+    tuple = PyTuple_New((Py_ssize_t)n);
+    if (tuple == NULL)
+        return NULL;
+    if (n == 0)
+        return tuple;
+    owner = owner_new(st, rec);
+    if (owner == NULL) {
+        Py_DECREF(tuple);
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *arr = array_over(st, &args[i], owner);
+
+        if (arr == NULL) {
+            Py_DECREF(owner);
+            Py_DECREF(tuple);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(tuple, (Py_ssize_t)i, arr);
+    }
+    Py_DECREF(owner);
+    return tuple;
+}
+
+PyObject *
+hcb_py_device_of(hcb_state *st, hcb_device key)
+{
+    PyObject *k, *dev;
+
+    k = PyLong_FromLongLong((long long)key);
+    if (k == NULL)
+        return NULL;
+    dev = PyDict_GetItemWithError(st->device_cache, k); /* borrowed */
+    if (dev != NULL) {
+        Py_INCREF(dev);
+    } else if (!PyErr_Occurred()) {
+        dev = PyObject_CallOneArg(st->device_lookup, k);
+        if (dev != NULL && PyDict_SetItem(st->device_cache, k, dev) < 0)
+            Py_CLEAR(dev);
+    }
+    Py_DECREF(k);
+    return dev;
+}
+
+PyObject *
+hcb_py_fetch_exception(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *tb;
+
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL)
+        PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+#endif
+}
+
+/* ---- warnings -------------------------------------------------------------
+ */
+
+void
+hcb_py_log(void *user, const char *message)
+{
+    hcb_state *st = user;
+    PyGILState_STATE gil;
+    PyObject *r;
+
+    if (hcb_py_gil_ensure(st, &gil) < 0) {
+        fprintf(stderr, "hcb: warning: %s\n", message);
+        return;
+    }
+    if (st->warn != NULL) {
+        r = PyObject_CallFunction(st->warn, "s", message);
+        if (r == NULL)
+            PyErr_WriteUnraisable(st->warn);
+        Py_XDECREF(r);
+    } else {
+        fprintf(stderr, "hcb: warning: %s\n", message);
+    }
+    hcb_py_gil_release(gil);
+}

@@ -1,0 +1,515 @@
+/*
+ * call.c - running a Python call function for XLA (host_callback.call).
+ *
+ * hcb_py_call is the call target of every Python call site.  It runs on the
+ * XLA thread of the computation, which waits for it (hcb_runtime_call).
+ * Steps: take the GIL; copy the operands once into a record and view them
+ * as numpy arrays (the function may keep them); unflatten them with the
+ * site's treedef; call func(value[, device=...]); check the result against
+ * result_shape (pytree structure, then each leaf's shape and dtype, after
+ * JAX's 64- to 32-bit canonicalisation) and copy each leaf once into its
+ * XLA result buffer.  Any failure fills `err` with a message that names the
+ * function, what result_shape declares and what came back (or the exception
+ * and its traceback), and goes to the Python error hook (log, barrier_wait).
+ */
+#define NO_IMPORT_ARRAY
+#define PY_ARRAY_UNIQUE_SYMBOL hcb_ARRAY_API
+#define NPY_NO_DEPRECATED_API  NPY_2_0_API_VERSION
+#define NPY_TARGET_VERSION     NPY_2_0_API_VERSION
+#include "hcbpy.h"
+
+#include <numpy/arrayobject.h>
+#include <stdbool.h>
+#include <string.h>
+
+#define PREFIX "host_callback.call: callback '%s' "
+
+/* ---- describing values for messages -------------------------------------- */
+
+/* Appends to buf (NUL-terminated, capacity cap) at *len, truncating. */
+static void append(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+    HCB_PRINTF(4, 5);
+
+static void
+append(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (*len + 1 >= cap)
+        return;
+    va_start(ap, fmt);
+    n = vsnprintf(buf + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        *len = *len + (size_t)n < cap ? *len + (size_t)n : cap - 1;
+}
+
+static void
+append_dims(char *buf, size_t cap, size_t *len, int rank, const int64_t *dims)
+{
+    int i;
+
+    append(buf, cap, len, "[");
+    for (i = 0; i < rank; i++)
+        append(buf, cap, len, i > 0 ? ",%lld" : "%lld", (long long)dims[i]);
+    append(buf, cap, len, "]");
+}
+
+/* A declared result, e.g. "float32[3,4]". */
+static void
+describe_declared(const hcb_array *a, char *buf, size_t cap)
+{
+    size_t len = 0;
+
+    buf[0] = '\0';
+    append(buf, cap, &len, "%s", hcb_dtype_name(a->dtype));
+    append_dims(buf, cap, &len, a->rank, a->dims);
+}
+
+/* All declared results, e.g. "float32[3], int32[]". */
+static void
+describe_all_declared(const hcb_array *results, size_t n, char *buf, size_t cap)
+{
+    char one[128];
+    size_t i, len = 0;
+
+    buf[0] = '\0';
+    for (i = 0; i < n; i++) {
+        describe_declared(&results[i], one, sizeof one);
+        append(buf, cap, &len, i > 0 ? ", %s" : "%s", one);
+    }
+}
+
+/* What came back, e.g. "float64[2,2]", "a Python float", "None". */
+static void
+describe_value(PyObject *obj, char *buf, size_t cap)
+{
+    size_t len = 0;
+
+    buf[0] = '\0';
+    if (obj == Py_None) {
+        append(buf, cap, &len, "None");
+    } else if (PyArray_Check(obj)) {
+        PyArrayObject *a = (PyArrayObject *)obj;
+        PyObject *name = PyObject_Str((PyObject *)PyArray_DESCR(a));
+        const char *s = name != NULL ? PyUnicode_AsUTF8(name) : NULL;
+        int64_t dims[NPY_MAXDIMS];
+        int i;
+
+        for (i = 0; i < PyArray_NDIM(a); i++)
+            dims[i] = (int64_t)PyArray_DIM(a, i);
+        append(buf, cap, &len, "%s", s != NULL ? s : "?");
+        append_dims(buf, cap, &len, PyArray_NDIM(a), dims);
+        Py_XDECREF(name);
+        PyErr_Clear();
+    } else if (PyArray_IsScalar(obj, Generic)) {
+        append(buf, cap, &len, "a numpy %s scalar", Py_TYPE(obj)->tp_name);
+    } else if (PyBool_Check(obj) || PyLong_Check(obj) || PyFloat_Check(obj) ||
+               PyComplex_Check(obj)) {
+        append(buf, cap, &len, "a Python %s", Py_TYPE(obj)->tp_name);
+    } else {
+        append(buf, cap, &len, "an object of type %s", Py_TYPE(obj)->tp_name);
+    }
+}
+
+/* ---- errors ---------------------------------------------------------------
+ */
+
+/* Hands `exc` (stolen) to the Python error hook, which logs it, keeps it
+ * for barrier_wait and returns its formatted traceback (new reference, or
+ * NULL). */
+static PyObject *
+hand_to_hook(hcb_py_call_target *t, PyObject *exc)
+{
+    PyObject *text = NULL;
+
+    if (exc != NULL) {
+        text = PyObject_CallFunctionObjArgs(t->state->on_error, t->site, exc,
+                                            NULL);
+        if (text == NULL)
+            PyErr_WriteUnraisable(t->state->on_error);
+        Py_DECREF(exc);
+    }
+    PyErr_Clear();
+    return text;
+}
+
+/* The result did not match result_shape: fills `err` and hands a Python
+ * exception of type `type` with the same message to the hook. */
+static int mismatch(hcb_py_call_target *t, PyObject *type, hcb_error *err,
+                    const char *fmt, ...) HCB_PRINTF(4, 5);
+
+static int
+mismatch(hcb_py_call_target *t, PyObject *type, hcb_error *err, const char *fmt,
+         ...)
+{
+    va_list ap;
+    PyObject *exc;
+
+    va_start(ap, fmt);
+    hcb_error_setv(err, HCB_EINVAL, fmt, ap);
+    va_end(ap);
+    PyErr_Clear();
+    exc = PyObject_CallFunction(type, "s", err->message);
+    Py_XDECREF(hand_to_hook(t, exc));
+    return HCB_EINVAL;
+}
+
+/* The call function raised: the message is its first line, then as much of
+ * the formatted traceback as fits, keeping the end (the raising frame). */
+static int
+raised(hcb_py_call_target *t, hcb_error *err)
+{
+    PyObject *exc = hcb_py_fetch_exception();
+    PyObject *str = exc != NULL ? PyObject_Str(exc) : NULL;
+    const char *msg = str != NULL ? PyUnicode_AsUTF8(str) : NULL;
+    const char *type = exc != NULL ? Py_TYPE(exc)->tp_name : "?";
+    PyObject *tb;
+    const char *tbs;
+    size_t len, room, n;
+
+    PyErr_Clear();
+    hcb_error_set(err, HCB_ECALLBACK, PREFIX "raised %s: %s", t->name, type,
+                  msg != NULL ? msg : "<unprintable>");
+    Py_XDECREF(str);
+    tb = hand_to_hook(t, exc);
+    tbs = tb != NULL && PyUnicode_Check(tb) ? PyUnicode_AsUTF8(tb) : NULL;
+    PyErr_Clear();
+    len = strlen(err->message);
+    if (tbs != NULL && len + 8 < sizeof err->message) {
+        n = strlen(tbs);
+        room = sizeof err->message - len - 2;
+        if (n <= room) {
+            snprintf(err->message + len, sizeof err->message - len, "\n%s",
+                     tbs);
+        } else {
+            const char *tail = tbs + n - (room - 5);
+            const char *nl = strchr(tail, '\n');
+
+            if (nl != NULL && nl[1] != '\0')
+                tail = nl + 1;
+            snprintf(err->message + len, sizeof err->message - len, "\n...\n%s",
+                     tail);
+        }
+        /* The traceback ends with a newline; the message does not. */
+        len = strlen(err->message);
+        while (len > 0 && err->message[len - 1] == '\n')
+            err->message[--len] = '\0';
+    }
+    Py_XDECREF(tb);
+    return HCB_ECALLBACK;
+}
+
+/* ---- results --------------------------------------------------------------
+ */
+
+static bool
+is_python_scalar(PyObject *obj)
+{
+    return PyBool_Check(obj) || PyLong_Check(obj) || PyFloat_Check(obj) ||
+           PyComplex_Check(obj);
+}
+
+/* Whether a Python scalar may fill a 0-d result of `d`: bool only into
+ * bool; int into any number; float into floats and complex; complex into
+ * complex. */
+static bool
+python_scalar_fits(PyObject *obj, hcb_dtype d)
+{
+    bool is_int = d >= HCB_S8 && d <= HCB_U64;
+    bool is_complex = d == HCB_C64 || d == HCB_C128;
+    bool is_float = d != HCB_BOOL && !is_int && !is_complex;
+
+    if (PyBool_Check(obj))
+        return d == HCB_BOOL;
+    if (PyLong_Check(obj))
+        return is_int || is_float || is_complex;
+    if (PyFloat_Check(obj))
+        return is_float || is_complex;
+    return is_complex;
+}
+
+/* Without x64, JAX computes in 32 bits and so accepts a 64-bit result for
+ * a declared 32-bit type (numpy's float64 default, for instance). */
+static bool
+narrows_to(const PyArray_Descr *got, hcb_dtype want)
+{
+    switch (want) {
+    case HCB_F32:
+        return got->kind == 'f' && PyDataType_ELSIZE(got) == 8;
+    case HCB_S32:
+        return got->kind == 'i' && PyDataType_ELSIZE(got) == 8;
+    case HCB_U32:
+        return got->kind == 'u' && PyDataType_ELSIZE(got) == 8;
+    case HCB_C64:
+        return got->kind == 'c' && PyDataType_ELSIZE(got) == 16;
+    default:
+        return false;
+    }
+}
+
+static bool
+same_shape(PyArrayObject *a, const hcb_array *res)
+{
+    int i;
+
+    if (PyArray_NDIM(a) != res->rank)
+        return false;
+    for (i = 0; i < res->rank; i++)
+        if ((int64_t)PyArray_DIM(a, i) != res->dims[i])
+            return false;
+    return true;
+}
+
+/* A numpy array over XLA's result buffer (no copy). */
+static PyObject *
+result_view(hcb_state *st, const hcb_array *res, PyArray_Descr *descr)
+{
+    npy_intp dims[HCB_MAX_RANK];
+    int i;
+
+    for (i = 0; i < res->rank; i++)
+        dims[i] = (npy_intp)res->dims[i];
+    Py_INCREF(descr); /* stolen */
+    (void)st;
+    return PyArray_NewFromDescr(&PyArray_Type, descr, res->rank, dims, NULL,
+                                res->data, NPY_ARRAY_CARRAY, NULL);
+}
+
+/* Checks one returned leaf against its declared result and copies it into
+ * the result buffer.  `where` is "" for a single result, else the leaf's
+ * position for messages. */
+static int
+fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
+            const char *where, hcb_error *err)
+{
+    hcb_state *st = t->state;
+    PyArray_Descr *want =
+        (PyArray_Descr *)PyTuple_GET_ITEM(st->dtypes, res->dtype);
+    char decl[160], got[160];
+    PyArrayObject *arr;
+    bool exact;
+    int rc = HCB_OK;
+
+    describe_declared(res, decl, sizeof decl);
+    if ((PyObject *)want == Py_None)
+        return hcb_error_set(err, HCB_EUNIMPL,
+                             PREFIX "declares %s%s, a type numpy lacks",
+                             t->name, decl, where);
+
+    if (is_python_scalar(leaf) && !PyArray_IsScalar(leaf, Generic)) {
+        describe_value(leaf, got, sizeof got);
+        if (res->rank != 0 || !python_scalar_fits(leaf, res->dtype))
+            return mismatch(t, PyExc_TypeError, err,
+                            PREFIX "returned %s%s; result_shape declares %s",
+                            t->name, got, where, decl);
+        if (PyArray_Pack(want, res->data, leaf) < 0) {
+            PyObject *exc = hcb_py_fetch_exception();
+            PyObject *s = exc != NULL ? PyObject_Str(exc) : NULL;
+            const char *m = s != NULL ? PyUnicode_AsUTF8(s) : NULL;
+
+            rc = mismatch(t, PyExc_ValueError, err,
+                          PREFIX "returned %s%s that does not fit %s: %s",
+                          t->name, got, where, decl, m != NULL ? m : "?");
+            Py_XDECREF(s);
+            Py_XDECREF(exc);
+        }
+        return rc;
+    }
+
+    if (PyArray_Check(leaf)) {
+        Py_INCREF(leaf);
+        arr = (PyArrayObject *)leaf;
+    } else {
+        arr = (PyArrayObject *)PyArray_FromAny(leaf, NULL, 0, 0, 0, NULL);
+        if (arr == NULL) {
+            describe_value(leaf, got, sizeof got);
+            return mismatch(t, PyExc_TypeError, err,
+                            PREFIX "returned %s%s, which is not an array; "
+                                   "result_shape declares %s",
+                            t->name, got, where, decl);
+        }
+    }
+    describe_value((PyObject *)arr, got, sizeof got);
+    exact = PyArray_EquivTypes(PyArray_DESCR(arr), want) ||
+            PyArray_DESCR(arr)->type_num == want->type_num;
+    if (!same_shape(arr, res)) {
+        rc = mismatch(t, PyExc_ValueError, err,
+                      PREFIX "returned %s%s; result_shape declares %s", t->name,
+                      got, where, decl);
+    } else if (!exact &&
+               !(t->narrow_x64 && narrows_to(PyArray_DESCR(arr), res->dtype))) {
+        rc = mismatch(t, PyExc_TypeError, err,
+                      PREFIX "returned %s%s; result_shape declares %s", t->name,
+                      got, where, decl);
+    } else if (exact && PyArray_ISCARRAY_RO(arr) && PyArray_ISNOTSWAPPED(arr)) {
+        if (res->nbytes > 0)
+            memcpy(res->data, PyArray_DATA(arr), res->nbytes);
+    } else {
+        PyObject *dst = result_view(st, res, want);
+
+        if (dst == NULL || PyArray_CopyInto((PyArrayObject *)dst, arr) < 0) {
+            PyErr_Clear();
+            rc = mismatch(t, PyExc_ValueError, err,
+                          PREFIX "returned %s%s that cannot be copied into "
+                                 "%s",
+                          t->name, got, where, decl);
+        }
+        Py_XDECREF(dst);
+    }
+    Py_DECREF(arr);
+    return rc;
+}
+
+static bool
+is_array_leaf(PyObject *obj)
+{
+    return PyArray_Check(obj) || PyArray_IsScalar(obj, Generic) ||
+           is_python_scalar(obj);
+}
+
+/* Checks `result` against the declared results and fills them. */
+static int
+fill_results(hcb_py_call_target *t, PyObject *result, const hcb_array *results,
+             size_t nresults, hcb_error *err)
+{
+    char decl[512], got[160], where[64];
+    PyObject *flat, *leaves, *treedef;
+    Py_ssize_t i, n;
+    int rc = HCB_OK, eq;
+
+    if (nresults == 0 && result == Py_None)
+        return HCB_OK;
+    if (t->result_is_leaf && is_array_leaf(result))
+        return fill_result(t, result, &results[0], "", err);
+    describe_all_declared(results, nresults, decl, sizeof decl);
+    if (result == Py_None)
+        return mismatch(t, PyExc_TypeError, err,
+                        PREFIX "returned None; result_shape declares %s",
+                        t->name, decl);
+
+    flat = PyObject_CallOneArg(t->state->tree_flatten, result);
+    if (flat == NULL)
+        return raised(t, err);
+    if (!PyTuple_Check(flat) || PyTuple_GET_SIZE(flat) != 2 ||
+        !PyList_Check(PyTuple_GET_ITEM(flat, 0))) {
+        Py_DECREF(flat);
+        return hcb_error_set(err, HCB_EINTERNAL,
+                             "tree_flatten returned an unexpected value");
+    }
+    leaves = PyTuple_GET_ITEM(flat, 0);
+    treedef = PyTuple_GET_ITEM(flat, 1);
+    n = PyList_GET_SIZE(leaves);
+    if (nresults == 0) {
+        if (n > 0) {
+            describe_value(PyList_GET_ITEM(leaves, 0), got, sizeof got);
+            rc = mismatch(t, PyExc_TypeError, err,
+                          PREFIX "returned a result with %zd arrays (the "
+                                 "first is %s), but result_shape declares "
+                                 "no result",
+                          t->name, n, got);
+        }
+        Py_DECREF(flat);
+        return rc;
+    }
+    eq = PyObject_RichCompareBool(treedef, t->result_treedef, Py_EQ);
+    if (eq != 1 || (size_t)n != nresults) {
+        PyObject *gs = PyObject_Str(treedef);
+        PyObject *ws = PyObject_Str(t->result_treedef);
+        const char *g = gs != NULL ? PyUnicode_AsUTF8(gs) : NULL;
+        const char *w = ws != NULL ? PyUnicode_AsUTF8(ws) : NULL;
+
+        rc = mismatch(t, PyExc_TypeError, err,
+                      PREFIX "returned a result with pytree structure %s; "
+                             "result_shape declares %s with leaves %s",
+                      t->name, g != NULL ? g : "?", w != NULL ? w : "?", decl);
+        Py_XDECREF(gs);
+        Py_XDECREF(ws);
+        Py_DECREF(flat);
+        return rc;
+    }
+    for (i = 0; i < n && rc == HCB_OK; i++) {
+        if (nresults > 1)
+            snprintf(where, sizeof where, " at result leaf %zd of %zd", i, n);
+        else
+            where[0] = '\0';
+        rc =
+            fill_result(t, PyList_GET_ITEM(leaves, i), &results[i], where, err);
+    }
+    Py_DECREF(flat);
+    return rc;
+}
+
+/* ---- the call ------------------------------------------------------------ */
+
+/* The function's argument: the operands copied once into a record, viewed
+ * as numpy arrays, unflattened. */
+static PyObject *
+argument_of(hcb_py_call_target *t, hcb_device device, const hcb_array *args,
+            size_t nargs)
+{
+    PyObject *arrays, *value;
+    hcb_record *rec;
+    hcb_error e;
+
+    if (nargs == 0) {
+        arrays = PyTuple_New(0);
+    } else {
+        if (hcb_record_create(0, device, args, nargs, &rec, &e) != HCB_OK) {
+            PyErr_SetString(PyExc_MemoryError, e.message);
+            return NULL;
+        }
+        arrays = hcb_py_arrays_of(t->state, rec);
+        hcb_record_release(rec);
+    }
+    if (arrays == NULL)
+        return NULL;
+    value = PyObject_CallMethodOneArg(t->arg_treedef, t->state->str_unflatten,
+                                      arrays);
+    Py_DECREF(arrays);
+    return value;
+}
+
+static PyObject *
+call_function(hcb_py_call_target *t, hcb_device device, PyObject *value)
+{
+    PyObject *dev, *result, *argv[2] = {value, NULL};
+
+    if (!t->with_device)
+        return PyObject_Vectorcall(t->func, argv, 1, NULL);
+    dev = hcb_py_device_of(t->state, device);
+    if (dev == NULL)
+        return NULL;
+    argv[1] = dev;
+    result = PyObject_Vectorcall(t->func, argv, 1, t->state->kw_device);
+    Py_DECREF(dev);
+    return result;
+}
+
+int
+hcb_py_call(void *user, hcb_device device, const hcb_array *args, size_t nargs,
+            const hcb_array *results, size_t nresults, hcb_error *err)
+{
+    hcb_py_call_target *t = user;
+    PyGILState_STATE gil;
+    PyObject *value, *result;
+    int rc;
+
+    if (hcb_py_gil_ensure(t->state, &gil) < 0)
+        return hcb_error_set(err, HCB_ESTATE,
+                             PREFIX "not called: the Python interpreter is "
+                                    "shutting down",
+                             t->name);
+    value = argument_of(t, device, args, nargs);
+    result = value != NULL ? call_function(t, device, value) : NULL;
+    Py_XDECREF(value);
+    if (result == NULL) {
+        rc = raised(t, err);
+    } else {
+        rc = fill_results(t, result, results, nresults, err);
+        Py_DECREF(result);
+    }
+    hcb_py_gil_release(gil);
+    return rc;
+}

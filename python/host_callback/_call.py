@@ -1,0 +1,281 @@
+"""``call`` and the ``hcb_call`` primitive.
+
+A call lowers to one XLA custom call, ``hcb_call`` (src/ffi_call.c), whose
+operands are the flattened argument and whose results are the flattened
+``result_shape``.  XLA runs it on the thread of the computation, which
+waits: the C target (python/_hcb/call.c) takes the GIL, calls the function
+with numpy copies of the operands, checks the result against
+``result_shape`` and copies it into XLA's result buffers.  Nothing else runs
+in Python per call.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+from jax import lax
+from jax._src import core as jax_core
+from jax._src import dispatch
+from jax.extend.core import Primitive
+from jax.interpreters import ad
+from jax.interpreters import batching
+from jax.interpreters import mlir
+
+from host_callback import _config
+from host_callback import _dce
+from host_callback import _leaves
+from host_callback import _runtime
+from host_callback._runtime import CallSite
+from host_callback._types import CallbackFlavor
+
+call_p = Primitive("hcb_call")
+call_p.multiple_results = True
+
+VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims",
+                "broadcast_all")
+
+
+def _name(site: CallSite) -> str:
+  return _runtime.callable_name(site.func)
+
+
+def _call_impl(*args: Any, **params: Any) -> Any:
+  return dispatch.apply_primitive(call_p, *args, **params)
+
+
+def _call_abstract_eval(*avals: Any, site: CallSite, device_index: int,
+                        flavor: CallbackFlavor, vmap_method: str | None
+                        ) -> list[jax_core.ShapedArray]:
+  del avals, device_index, flavor, vmap_method
+  return [jax_core.ShapedArray(shape, dtype)
+          for shape, dtype in site.result_avals]
+
+
+def _call_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
+                   site: CallSite, device_index: int, flavor: CallbackFlavor,
+                   vmap_method: str | None) -> Any:
+  del device_index, vmap_method  # device_index: multi-device lowering
+  rule = jax.ffi.ffi_lowering(
+      "hcb_call", has_side_effect=flavor is not CallbackFlavor.PURE)
+  return rule(ctx, *args, callback_id=np.uint64(_runtime.site_id(site)))
+
+
+def _call_jvp(primals: Sequence[Any], tangents: Sequence[Any], *,
+              site: CallSite, **params: Any) -> Any:
+  del primals, tangents, params
+  raise NotImplementedError(
+      f"host_callback.call of {_name(site)!r} cannot be differentiated: the "
+      "JVP rule is implemented only for id_tap, not for call. Wrap the "
+      "function that uses call in jax.custom_jvp or jax.custom_vjp and give "
+      "its derivative there.")
+
+
+def _call_transpose(cts: Any, *args: Any, site: CallSite,
+                    **params: Any) -> Any:
+  del cts, args, params
+  raise NotImplementedError(
+      f"host_callback.call of {_name(site)!r} cannot be transposed: "
+      "differentiation rules are implemented only for id_tap, not for call.")
+
+
+def _call_batching(args: Sequence[Any], dims: Sequence[Any], *,
+                   site: CallSite, device_index: int, flavor: CallbackFlavor,
+                   vmap_method: str | None) -> tuple[list[Any], list[int]]:
+  """vmap, as ``jax.pure_callback`` defines ``vmap_method``."""
+  params = dict(device_index=device_index, flavor=flavor,
+                vmap_method=vmap_method)
+  if vmap_method is None:
+    raise NotImplementedError(
+        f"host_callback.call of {_name(site)!r} under vmap needs a "
+        "vmap_method: pass vmap_method='sequential' (one call per batch "
+        "element), 'expand_dims' or 'broadcast_all' (one call with batched "
+        "arrays), as for jax.pure_callback.")
+  size = next(x.shape[d] for x, d in zip(args, dims)
+              if d is not None)
+  args = [x if d is None else jax.numpy.moveaxis(x, d, 0)
+          for x, d in zip(args, dims)]
+  nout = len(site.result_avals)
+
+  if vmap_method in ("sequential", "sequential_unrolled"):
+    mapped = [i for i, d in enumerate(dims) if d is not None]
+
+    def one(batch: Sequence[Any]) -> list[Any]:
+      full = list(args)
+      for i, x in zip(mapped, batch):
+        full[i] = x
+      return call_p.bind(*full, site=site, **params)
+
+    if vmap_method == "sequential":
+      outs = lax.map(one, [args[i] for i in mapped])
+    else:
+      each = [one([args[i][k] for i in mapped]) for k in range(size)]
+      outs = [jax.numpy.stack([e[j] for e in each]) for j in range(nout)]
+    return list(outs), [0] * nout
+
+  if vmap_method == "expand_dims":
+    args = [lax.expand_dims(x, (0,)) if d is None else x
+            for x, d in zip(args, dims)]
+  else:  # broadcast_all
+    args = [lax.broadcast(x, (size,)) if d is None else x
+            for x, d in zip(args, dims)]
+  batched = site._replace(result_avals=tuple(
+      ((size, *shape), dtype) for shape, dtype in site.result_avals))
+  return call_p.bind(*args, site=batched, **params), [0] * nout
+
+
+call_p.def_impl(_call_impl)
+call_p.def_abstract_eval(_call_abstract_eval)
+mlir.register_lowering(call_p, _call_lowering, platform="cpu")
+ad.primitive_jvps[call_p] = _call_jvp
+ad.primitive_transposes[call_p] = _call_transpose
+batching.primitive_batchers[call_p] = _call_batching
+_dce.keep_when_unused(call_p)
+
+
+# ---- result_shape -------------------------------------------------------------
+
+def _leaf_aval(leaf: Any) -> tuple[tuple[int, ...], np.dtype]:
+  if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+    shape, dtype = tuple(int(d) for d in leaf.shape), leaf.dtype
+  elif isinstance(leaf, (bool, int, float, complex, np.bool_, np.number)):
+    shape, dtype = (), np.result_type(leaf)
+  else:
+    raise TypeError(f"{type(leaf).__name__} is not a numeric scalar")
+  dtype = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+  jax_core.ShapedArray(shape, dtype)  # rejects what JAX cannot compute on
+  return shape, dtype
+
+
+def _declared_results(result_shape: Any
+                      ) -> tuple[Any, tuple[tuple[tuple[int, ...], np.dtype],
+                                            ...]]:
+  """The treedef of ``result_shape`` and the canonical (shape, dtype) of
+  each leaf; ``ValueError`` for anything else."""
+  leaves, treedef = jax.tree_util.tree_flatten(result_shape)
+  try:
+    return treedef, tuple(_leaf_aval(leaf) for leaf in leaves)
+  except Exception as e:
+    raise ValueError(
+        "host_callback.call: result_shape should be a pytree whose structure "
+        "matches the result of the callback function; its leaves must be "
+        "numeric scalars, or must have 'shape' and 'dtype' attributes. Got "
+        f"{result_shape!r} ({e})") from None
+
+
+# ---- inline mode ----------------------------------------------------------
+
+def _inline_result(site: CallSite, result: Any) -> Any:
+  """Checks a result in inline mode, as the C target does for compiled
+  calls, and returns it as JAX arrays."""
+  name = _name(site)
+  leaves, treedef = jax.tree_util.tree_flatten(result)
+  if not site.result_avals:
+    if leaves:
+      raise TypeError(f"host_callback.call: callback {name!r} returned a "
+                      "result, but result_shape declares no result")
+    return site.result_treedef.unflatten([])
+  if treedef != site.result_treedef:
+    raise TypeError(
+        f"host_callback.call: callback {name!r} returned a result with pytree "
+        f"structure {treedef}; result_shape declares {site.result_treedef}")
+  out = []
+  for leaf, (shape, dtype) in zip(leaves, site.result_avals):
+    arr = np.asarray(leaf)
+    narrows = (site.narrow_x64 and arr.dtype.itemsize == 8 and
+               np.dtype(jax.dtypes.canonicalize_dtype(arr.dtype)) == dtype)
+    if arr.shape != shape or (arr.dtype != dtype and not narrows and not (
+        isinstance(leaf, (bool, int, float, complex)) and shape == ())):
+      raise TypeError(
+          f"host_callback.call: callback {name!r} returned "
+          f"{arr.dtype}{list(arr.shape)}; result_shape declares "
+          f"{dtype}{list(shape)}")
+    out.append(jax.numpy.asarray(arr, dtype=dtype))
+  return site.result_treedef.unflatten(out)
+
+
+# ---- the API ----------------------------------------------------------------
+
+def call(callback_func: Callable[..., Any], arg: Any, *,
+         result_shape: Any = None, call_with_device: bool = False,
+         device_index: int = 0,
+         callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
+         vmap_method: str | None = None) -> Any:
+  """Calls ``callback_func(arg)`` on the host and returns its result.
+
+  The device computation waits for the result.  ``callback_func`` receives
+  ``arg`` as a pytree of numpy arrays (copies it may keep) and must return a
+  pytree matching ``result_shape``: same structure, and for each leaf the
+  declared shape and dtype (a 64-bit result may fill a declared 32-bit type
+  when JAX runs without x64, as JAX's own canonicalisation does; a Python
+  scalar may fill a declared scalar).  Anything else, or an exception in
+  ``callback_func``, makes the computation fail with an error that names the
+  function, what was declared and what came back; the error is also
+  re-raised by :func:`barrier_wait`.
+
+  Args:
+    callback_func: the host function, ``callback_func(arg[, device=])``.
+    arg: a pytree of arrays (or values convertible to arrays).
+    result_shape: the declared result: a numeric scalar (its shape and
+      dtype), anything with ``.shape`` and ``.dtype`` (e.g.
+      ``jax.ShapeDtypeStruct``, arrays), a pytree of those, or ``None``/
+      ``()`` for no result.
+    call_with_device: pass ``device=`` the calling ``jax.Device``.
+    device_index: which device calls in a multi-device computation.
+    callback_flavor: ``IO_CALLBACK`` (always runs, even with an unused
+      result), ``PURE`` (may be removed or merged like
+      ``jax.pure_callback``) or ``DEBUG`` (no result allowed).
+    vmap_method: how ``vmap`` calls the function, as for
+      ``jax.pure_callback``: ``"sequential"`` (once per batch element, in a
+      loop), ``"sequential_unrolled"``, ``"expand_dims"`` (once, unbatched
+      arguments get a leading axis of size 1) or ``"broadcast_all"`` (once,
+      every argument broadcast to the batch size); the result must then have
+      the batch as its leading axis.  ``None`` (default): ``vmap`` raises
+      ``NotImplementedError``.
+
+  Returns:
+    The result of ``callback_func``, as JAX arrays with the structure of
+    ``result_shape``.
+
+  Raises:
+    ValueError: ``result_shape`` is not a pytree of scalars or shaped
+      values, or ``vmap_method`` is unknown.
+    NotImplementedError: a ``DEBUG`` flavor call with a ``result_shape``;
+      differentiation (wrap the caller in ``jax.custom_jvp``/``custom_vjp``);
+      ``vmap`` without ``vmap_method``.
+  """
+  if not callable(callback_func):
+    raise TypeError(f"callback_func must be callable, got {callback_func!r}")
+  if not isinstance(callback_flavor, CallbackFlavor):
+    raise TypeError("callback_flavor must be a CallbackFlavor, got "
+                    f"{callback_flavor!r}")
+  if vmap_method is not None and vmap_method not in VMAP_METHODS:
+    raise ValueError(f"vmap_method must be None or one of {VMAP_METHODS}, "
+                     f"got {vmap_method!r}")
+  if callback_flavor is CallbackFlavor.DEBUG and result_shape is not None:
+    raise NotImplementedError(
+        "host_callback.call: the DEBUG flavor can be used only when "
+        "result_shape is None (a debug callback returns nothing to the "
+        "device); use IO_CALLBACK or PURE for a call with a result.")
+
+  leaves, arg_treedef = _leaves.flatten(arg)
+  sent = _leaves.key_data_of_keys(leaves)
+  result_treedef, result_avals = _declared_results(result_shape)
+  narrow = jax.dtypes.canonicalize_dtype(np.float64) != np.float64
+  site = CallSite(_runtime.hashable_callable(callback_func), arg_treedef,
+                  result_treedef, result_avals, bool(call_with_device),
+                  bool(narrow))
+
+  if _config.INLINE and not _leaves.any_tracer(sent):
+    value = arg_treedef.unflatten([np.asarray(x) for x in sent])
+    if call_with_device:
+      result = callback_func(value,
+                             device=jax.local_devices()[device_index])
+    else:
+      result = callback_func(value)
+    return _inline_result(site, result)
+
+  outs = call_p.bind(*sent, site=site, device_index=int(device_index),
+                     flavor=callback_flavor, vmap_method=vmap_method)
+  return result_treedef.unflatten(outs)

@@ -1,0 +1,49 @@
+"""How the leaves of a pytree argument travel through a custom call.
+
+Operands are arrays: Python scalars and numpy values become JAX arrays,
+typed PRNG keys travel as their key data (and are wrapped again where the
+caller gets them back).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+from jax._src import core as jax_core
+
+
+def as_array(x: Any) -> Any:
+  """``x`` as a JAX array or tracer."""
+  if isinstance(x, (jax.Array, jax_core.Tracer)):
+    return x
+  return jax.numpy.asarray(x)
+
+
+def flatten(tree: Any) -> tuple[list[Any], Any]:
+  """The leaves of ``tree`` as arrays, and its treedef."""
+  leaves, treedef = jax.tree_util.tree_flatten(tree)
+  return [as_array(x) for x in leaves], treedef
+
+
+def is_key(x: Any) -> bool:
+  dtype = getattr(x, "dtype", None)
+  return dtype is not None and jax.dtypes.issubdtype(dtype,
+                                                     jax.dtypes.prng_key)
+
+
+def key_data_of_keys(leaves: Sequence[Any]) -> list[Any]:
+  """The leaves as the custom call carries them: typed keys as key data."""
+  return [jax.random.key_data(x) if is_key(x) else x for x in leaves]
+
+
+def rewrap_keys(originals: Sequence[Any], outs: Sequence[Any]) -> list[Any]:
+  """``outs`` with the key data of typed keys among ``originals`` wrapped
+  again as keys of the same implementation."""
+  return [jax.random.wrap_key_data(o, impl=jax.random.key_impl(x))
+          if is_key(x) else o for x, o in zip(originals, outs)]
+
+
+def any_tracer(leaves: Sequence[Any]) -> bool:
+  """Whether we are staging (some leaf is a tracer)."""
+  return any(isinstance(x, jax_core.Tracer) for x in leaves)

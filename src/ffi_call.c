@@ -1,0 +1,93 @@
+/*
+ * ffi_call.c - the "hcb_call" XLA FFI handler: where a synchronous call
+ * enters libhcb.
+ *
+ * XLA calls it on the thread running the computation, which waits for it.
+ * It views the operands and the result buffers as hcb_arrays (no copy) and
+ * runs the call target in this thread (hcb_runtime_call, runtime.c); the
+ * target fills the result buffers.  A failure becomes the XLA error the
+ * computation fails with.
+ */
+#include "common.h"
+#include "runtime.h"
+
+#define STACK_ARRAYS 16
+
+/* Views `n` FFI buffers as hcb_arrays.  `what` names them in errors. */
+static XLA_FFI_Error *
+view_buffers(XLA_FFI_CallFrame *frame, void **buffers, const int32_t *types,
+             int32_t buffer_type, int64_t n, hcb_array *views, const char *what)
+{
+    int64_t i;
+    hcb_error err;
+
+    for (i = 0; i < n; i++) {
+        if (types[i] != buffer_type)
+            return hcb_ffi_error(frame, HCB_EINVAL,
+                                 "hcb_call: %s %lld is not a buffer", what,
+                                 (long long)i);
+        if (hcb_ffi_buffer_view((const XLA_FFI_Buffer *)buffers[i], &views[i],
+                                &err) != HCB_OK)
+            return hcb_ffi_error(frame, err.code, "hcb_call: %s %lld: %s", what,
+                                 (long long)i, err.message);
+    }
+    return NULL;
+}
+
+XLA_FFI_Error *
+hcb__ffi_call_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame)
+{
+    hcb_array stack_views[STACK_ARRAYS], *views = stack_views;
+    int64_t nargs = frame->args.size, nrets = frame->rets.size;
+    XLA_FFI_Error *xe;
+    uint64_t id = 0;
+    int32_t ordinal = 0;
+    hcb_error err;
+
+    if (hcb_ffi_answer_probe(frame, 0))
+        return NULL;
+    if ((xe = hcb_ffi_check_stage(frame, XLA_FFI_ExecutionStage_EXECUTE,
+                                  "hcb_call")) != NULL)
+        return xe;
+    if (hcb_ffi_attr_u64(frame, "callback_id", &id, &err) != HCB_OK ||
+        hcb_ffi_device_ordinal(frame, &ordinal, &err) != HCB_OK)
+        return hcb_ffi_error(frame, err.code, "hcb_call: %s", err.message);
+
+    if (nargs + nrets > STACK_ARRAYS) {
+        views = hcb__calloc((size_t)(nargs + nrets), sizeof *views);
+        if (views == NULL)
+            return hcb_ffi_error(frame, HCB_ENOMEM,
+                                 "hcb_call: cannot allocate %lld array views",
+                                 (long long)(nargs + nrets));
+    }
+    xe = view_buffers(frame, frame->args.args,
+                      (const int32_t *)frame->args.types,
+                      XLA_FFI_ArgType_BUFFER, nargs, views, "operand");
+    if (xe == NULL)
+        xe = view_buffers(
+            frame, frame->rets.rets, (const int32_t *)frame->rets.types,
+            XLA_FFI_RetType_BUFFER, nrets, views + nargs, "result");
+    if (xe == NULL &&
+        hcb_runtime_call(rt, id, HCB_DEVICE(HCB_PLATFORM_CPU, ordinal), views,
+                         (size_t)nargs, views + nargs, (size_t)nrets,
+                         &err) != HCB_OK)
+        xe = hcb_ffi_error_from(frame, &err);
+    if (views != stack_views)
+        hcb__free(views);
+    return xe;
+}
+
+XLA_FFI_Error *
+hcb_ffi_call(XLA_FFI_CallFrame *frame)
+{
+    hcb_runtime *rt;
+
+    if (hcb_ffi_answer_probe(frame, 0))
+        return NULL;
+    rt = hcb_runtime_default();
+    if (rt == NULL)
+        return hcb_ffi_error(frame, HCB_ENOMEM,
+                             "hcb_call: cannot create the host-callback "
+                             "runtime");
+    return hcb__ffi_call_execute(rt, frame);
+}

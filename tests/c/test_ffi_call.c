@@ -1,0 +1,303 @@
+/* test_ffi_call.c - the hcb_call handler and hcb_runtime_call fed
+ * hand-built call frames. */
+#include "testutil.h"
+
+#include "frame.h"
+#include "runtime.h"
+
+static hcb_runtime *rt;
+static tu_sink *sink;
+static uint64_t tap_id, double_id, fail_id, count_id;
+
+/* What the last call saw. */
+static hcb_device seen_device;
+static size_t seen_nargs, seen_nresults;
+static size_t taps_seen_at_call; /* sink->n when the call ran */
+
+/* results[0] = 2 * args[0] (f32), results[1] = number of elements (s32). */
+static int
+double_fn(void *user, hcb_device device, const hcb_array *args, size_t nargs,
+          const hcb_array *results, size_t nresults, hcb_error *err)
+{
+    const float *in = args[0].data;
+    float *out = results[0].data;
+    size_t i, n = args[0].nbytes / sizeof(float);
+
+    (void)user;
+    seen_device = device;
+    seen_nargs = nargs;
+    seen_nresults = nresults;
+    if (nargs != 1 || nresults != 2 || args[0].dtype != HCB_F32 ||
+        results[0].nbytes != args[0].nbytes || results[1].dtype != HCB_S32)
+        return hcb_error_set(err, HCB_EINVAL, "double_fn: unexpected frame");
+    for (i = 0; i < n; i++)
+        out[i] = 2.0f * in[i];
+    *(int32_t *)results[1].data = (int32_t)n;
+    return HCB_OK;
+}
+
+static int
+fail_fn(void *user, hcb_device device, const hcb_array *args, size_t nargs,
+        const hcb_array *results, size_t nresults, hcb_error *err)
+{
+    (void)user, (void)device, (void)args, (void)nargs, (void)results;
+    (void)nresults;
+    return hcb_error_set(err, HCB_ECALLBACK, "fail_fn said no");
+}
+
+/* Counts its operands into results[0] (s64) and notes how many taps the
+ * sink had delivered when it ran. */
+static int
+count_fn(void *user, hcb_device device, const hcb_array *args, size_t nargs,
+         const hcb_array *results, size_t nresults, hcb_error *err)
+{
+    (void)user, (void)device, (void)args, (void)err;
+    pthread_mutex_lock(&sink->mu);
+    taps_seen_at_call = sink->n;
+    pthread_mutex_unlock(&sink->mu);
+    if (nresults > 0)
+        *(int64_t *)results[0].data = (int64_t)nargs;
+    return HCB_OK;
+}
+
+static uint64_t
+add_call(hcb_call_fn fn, const char *name)
+{
+    hcb_call_target t = HCB_CALL_TARGET_INIT;
+    uint64_t id = 0;
+
+    t.fn = fn;
+    t.name = name;
+    t.name_len = strlen(name);
+    assert_int_equal(hcb_runtime_register_call(rt, &t, &id, NULL), HCB_OK);
+    return id;
+}
+
+static int
+setup(void **state)
+{
+    hcb_tap_target t = HCB_TAP_TARGET_INIT;
+
+    (void)state;
+    assert_int_equal(hcb_runtime_create(NULL, &rt, NULL), HCB_OK);
+    sink = tu_sink_new();
+    t.fn = tu_sink_fn;
+    t.user = sink;
+    assert_int_equal(hcb_runtime_register_tap(rt, &t, &tap_id, NULL), HCB_OK);
+    double_id = add_call(double_fn, "double_fn");
+    fail_id = add_call(fail_fn, "fail_fn");
+    count_id = add_call(count_fn, "count_fn");
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    (void)state;
+    hcb_runtime_destroy(rt);
+    tu_sink_free(sink);
+    return 0;
+}
+
+static int
+run(test_frame *tf, char *msg)
+{
+    return tf_error_code(hcb__ffi_call_execute(rt, &tf->frame), msg,
+                         HCB_ERROR_MESSAGE_SIZE);
+}
+
+static void
+test_answers_metadata_probe_with_0_3(void **state)
+{
+    (void)state;
+    assert_int_equal(tf_probe(hcb_ffi_call), 3);
+}
+
+static void
+test_call_fills_the_results(void **state)
+{
+    float x[3] = {1.5f, -2.0f, 4.0f}, y[3] = {0, 0, 0};
+    int32_t n = 0;
+    int64_t dx[1] = {3};
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    test_frame tf;
+
+    (void)state;
+    tf_init(&tf);
+    tf_add_arg(&tf, XLA_FFI_DataType_F32, x, 1, dx);
+    tf_add_ret(&tf, XLA_FFI_DataType_F32, y, 1, dx);
+    tf_add_ret(&tf, XLA_FFI_DataType_S32, &n, 0, NULL);
+    tf_add_u64(&tf, "callback_id", double_id);
+    test_device_ordinal = 3;
+    assert_int_equal(run(&tf, msg), 0);
+    test_device_ordinal = 0;
+    assert_true(y[0] == 3.0f && y[1] == -4.0f && y[2] == 8.0f);
+    assert_int_equal(n, 3);
+    assert_int_equal(seen_device, HCB_DEVICE(HCB_PLATFORM_CPU, 3));
+    assert_int_equal(seen_nargs, 1);
+    assert_int_equal(seen_nresults, 2);
+    assert_int_equal(hcb_runtime_take_error(rt, NULL), 0);
+}
+
+static void
+test_failing_target_fails_the_call_and_is_recorded(void **state)
+{
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    hcb_error last;
+    test_frame tf;
+
+    (void)state;
+    tf_init(&tf);
+    tf_add_u64(&tf, "callback_id", fail_id);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_UNKNOWN);
+    assert_string_equal(msg, "fail_fn said no");
+    assert_int_equal(hcb_runtime_take_error(rt, &last), 1);
+    assert_string_equal(last.message, "fail_fn said no");
+    /* The runtime goes on: the next call works. */
+    tf_init(&tf);
+    tf_add_u64(&tf, "callback_id", count_id);
+    assert_int_equal(run(&tf, msg), 0);
+}
+
+static void
+test_unknown_ids_and_tap_ids_are_refused(void **state)
+{
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    test_frame tf;
+
+    (void)state;
+    tf_init(&tf);
+    tf_add_u64(&tf, "callback_id", 999999);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_NOT_FOUND);
+    assert_non_null(strstr(msg, "unknown call id 999999"));
+    tf_init(&tf);
+    tf_add_u64(&tf, "callback_id", tap_id);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "not a call target"));
+    /* ... and a call id is no tap: a record for it is dropped, recorded. */
+    {
+        hcb_record *rec;
+
+        assert_int_equal(
+            hcb_record_create(count_id, HCB_DEVICE(0, 0), NULL, 0, &rec, NULL),
+            HCB_OK);
+        assert_int_equal(hcb_runtime_submit(rt, rec, NULL), HCB_OK);
+        assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL),
+                         HCB_OK);
+        assert_int_equal(hcb_runtime_take_error(rt, NULL), 1);
+    }
+}
+
+static void
+test_malformed_frames_fail_cleanly(void **state)
+{
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    int64_t neg[1] = {-1};
+    float x = 0;
+    test_frame tf;
+
+    (void)state;
+    tf_init(&tf); /* no callback_id */
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "missing attribute 'callback_id'"));
+
+    tf_init(&tf);
+    tf_add_i64(&tf, "callback_id", 1); /* wrong attribute type */
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "wrong type"));
+
+    tf_init(&tf);
+    tf_add_ret(&tf, XLA_FFI_DataType_F32, &x, 1, neg);
+    tf_add_u64(&tf, "callback_id", count_id);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "hcb_call: result 0: buffer dimension 0"));
+
+    tf_init(&tf);
+    tf_add_arg(&tf, XLA_FFI_DataType_F32, &x, 0, NULL);
+    tf.arg_types[0] = XLA_FFI_ArgType_BUFFER + 1;
+    tf_add_u64(&tf, "callback_id", count_id);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "operand 0 is not a buffer"));
+
+    tf_init(&tf);
+    tf_add_u64(&tf, "callback_id", count_id);
+    tf.frame.stage = XLA_FFI_ExecutionStage_PREPARE;
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    assert_int_equal(hcb_runtime_take_error(rt, NULL), 0);
+}
+
+static void
+test_many_operands_use_the_heap_and_survive_oom(void **state)
+{
+    int32_t v[20];
+    int64_t count = 0;
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    test_frame tf;
+    int i;
+
+    (void)state;
+    tf_init(&tf);
+    for (i = 0; i < 20; i++) {
+        v[i] = i;
+        tf_add_arg(&tf, XLA_FFI_DataType_S32, &v[i], 0, NULL);
+    }
+    tf_add_ret(&tf, XLA_FFI_DataType_S64, &count, 0, NULL);
+    tf_add_u64(&tf, "callback_id", count_id);
+    tu_install_allocator();
+    tu_fail_alloc_after(0);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(msg, "cannot allocate 21 array views"));
+    tu_fail_alloc_after(-1);
+    assert_int_equal(run(&tf, msg), 0);
+    assert_int_equal(count, 20);
+    assert_int_equal(atomic_load(&tu_live_allocs), 0);
+    hcb_set_allocator(NULL);
+}
+
+/* A call runs after the taps its device issued before it. */
+static void
+test_call_waits_for_the_devices_earlier_taps(void **state)
+{
+    int32_t v = 5;
+    hcb_array a = {HCB_S32, 0, NULL, &v, sizeof v};
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    size_t before;
+    test_frame tf;
+    int i;
+
+    (void)state;
+    pthread_mutex_lock(&sink->mu);
+    before = sink->n;
+    pthread_mutex_unlock(&sink->mu);
+    sink->delay_us = 20000;
+    for (i = 0; i < 5; i++) {
+        hcb_record *rec;
+
+        assert_int_equal(
+            hcb_record_create(tap_id, HCB_DEVICE(0, 2), &a, 1, &rec, NULL),
+            HCB_OK);
+        assert_int_equal(hcb_runtime_submit(rt, rec, NULL), HCB_OK);
+    }
+    tf_init(&tf);
+    tf_add_u64(&tf, "callback_id", count_id);
+    test_device_ordinal = 2;
+    assert_int_equal(run(&tf, msg), 0);
+    test_device_ordinal = 0;
+    assert_int_equal(taps_seen_at_call, before + 5);
+    sink->delay_us = 0;
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_answers_metadata_probe_with_0_3),
+        cmocka_unit_test(test_call_fills_the_results),
+        cmocka_unit_test(test_failing_target_fails_the_call_and_is_recorded),
+        cmocka_unit_test(test_unknown_ids_and_tap_ids_are_refused),
+        cmocka_unit_test(test_malformed_frames_fail_cleanly),
+        cmocka_unit_test(test_many_operands_use_the_heap_and_survive_oom),
+        cmocka_unit_test(test_call_waits_for_the_devices_earlier_taps),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
