@@ -121,14 +121,5 @@ hcb__ffi_tap_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame)
 XLA_FFI_Error *
 hcb_ffi_tap(XLA_FFI_CallFrame *frame)
 {
-    hcb_runtime *rt;
-
-    if (hcb_ffi_answer_probe(frame, 0))
-        return NULL;
-    rt = hcb_runtime_default();
-    if (rt == NULL)
-        return hcb_ffi_error(frame, HCB_ENOMEM,
-                             "hcb_tap: cannot create the host-callback "
-                             "runtime");
-    return hcb__ffi_tap_execute(rt, frame);
+    return hcb__ffi_on_default_runtime(frame, "hcb_tap", hcb__ffi_tap_execute);
 }

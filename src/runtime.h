@@ -11,4 +11,22 @@ XLA_FFI_Error *hcb__ffi_tap_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame);
 /* The body of hcb_ffi_call, likewise. */
 XLA_FFI_Error *hcb__ffi_call_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame);
 
+/* Runs a handler body on the default runtime (the exported handlers). */
+static inline XLA_FFI_Error *
+hcb__ffi_on_default_runtime(XLA_FFI_CallFrame *frame, const char *handler,
+                            XLA_FFI_Error *(*body)(hcb_runtime *,
+                                                   XLA_FFI_CallFrame *))
+{
+    hcb_runtime *rt;
+
+    if (hcb_ffi_answer_probe(frame, 0))
+        return NULL;
+    rt = hcb_runtime_default();
+    if (rt == NULL)
+        return hcb_ffi_error(frame, HCB_ENOMEM,
+                             "%s: cannot create the host-callback runtime",
+                             handler);
+    return body(rt, frame);
+}
+
 #endif /* HCB_RUNTIME_H */

@@ -1,7 +1,8 @@
 /*
  * bridge.c - what taps (tap.c) and calls (call.c) share on their way into
  * Python: taking the GIL from a runtime thread, numpy arrays over a record's
- * memory, the jax.Device of a device key, and the pending exception.
+ * memory, the jax.Device of a device key, exceptions and the error hook,
+ * and the runtime's warnings.
  */
 #define NO_IMPORT_ARRAY
 #define PY_ARRAY_UNIQUE_SYMBOL hcb_ARRAY_API
@@ -194,6 +195,39 @@ hcb_py_fetch_exception(void)
     Py_XDECREF(tb);
     return value;
 #endif
+}
+
+/* ---- errors ------------------------------------------------------------- */
+
+PyObject *
+hcb_py_hand_to_hook(hcb_py_target *t, PyObject *exc)
+{
+    PyObject *text = NULL;
+
+    if (exc != NULL) {
+        text = PyObject_CallFunctionObjArgs(t->state->on_error, t->site, exc,
+                                            NULL);
+        if (text == NULL)
+            PyErr_WriteUnraisable(t->state->on_error);
+        Py_DECREF(exc);
+    }
+    PyErr_Clear();
+    return text;
+}
+
+PyObject *
+hcb_py_report_exception(hcb_py_target *t, const char *what, hcb_error *err)
+{
+    PyObject *exc = hcb_py_fetch_exception();
+    PyObject *str = exc != NULL ? PyObject_Str(exc) : NULL;
+    const char *msg = str != NULL ? PyUnicode_AsUTF8(str) : NULL;
+
+    PyErr_Clear();
+    hcb_error_set(err, HCB_ECALLBACK, "%s raised %s: %s", what,
+                  exc != NULL ? Py_TYPE(exc)->tp_name : "?",
+                  msg != NULL ? msg : "<unprintable>");
+    Py_XDECREF(str);
+    return hcb_py_hand_to_hook(t, exc);
 }
 
 /* ---- warnings -------------------------------------------------------------

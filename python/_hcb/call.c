@@ -116,25 +116,6 @@ describe_value(PyObject *obj, char *buf, size_t cap)
 /* ---- errors ---------------------------------------------------------------
  */
 
-/* Hands `exc` (stolen) to the Python error hook, which logs it, keeps it
- * for barrier_wait and returns its formatted traceback (new reference, or
- * NULL). */
-static PyObject *
-hand_to_hook(hcb_py_call_target *t, PyObject *exc)
-{
-    PyObject *text = NULL;
-
-    if (exc != NULL) {
-        text = PyObject_CallFunctionObjArgs(t->state->on_error, t->site, exc,
-                                            NULL);
-        if (text == NULL)
-            PyErr_WriteUnraisable(t->state->on_error);
-        Py_DECREF(exc);
-    }
-    PyErr_Clear();
-    return text;
-}
-
 /* The result did not match result_shape: fills `err` and hands a Python
  * exception of type `type` with the same message to the hook. */
 static int mismatch(hcb_py_call_target *t, PyObject *type, hcb_error *err,
@@ -152,7 +133,7 @@ mismatch(hcb_py_call_target *t, PyObject *type, hcb_error *err, const char *fmt,
     va_end(ap);
     PyErr_Clear();
     exc = PyObject_CallFunction(type, "s", err->message);
-    Py_XDECREF(hand_to_hook(t, exc));
+    Py_XDECREF(hcb_py_hand_to_hook(&t->base, exc));
     return HCB_EINVAL;
 }
 
@@ -161,19 +142,16 @@ mismatch(hcb_py_call_target *t, PyObject *type, hcb_error *err, const char *fmt,
 static int
 raised(hcb_py_call_target *t, hcb_error *err)
 {
-    PyObject *exc = hcb_py_fetch_exception();
-    PyObject *str = exc != NULL ? PyObject_Str(exc) : NULL;
-    const char *msg = str != NULL ? PyUnicode_AsUTF8(str) : NULL;
-    const char *type = exc != NULL ? Py_TYPE(exc)->tp_name : "?";
+    char what[128];
     PyObject *tb;
     const char *tbs;
     size_t len, room, n;
 
-    PyErr_Clear();
-    hcb_error_set(err, HCB_ECALLBACK, PREFIX "raised %s: %s", t->name, type,
-                  msg != NULL ? msg : "<unprintable>");
-    Py_XDECREF(str);
-    tb = hand_to_hook(t, exc);
+    snprintf(what, sizeof what, PREFIX, t->base.name);
+    n = strlen(what);
+    if (n > 0 && what[n - 1] == ' ')
+        what[n - 1] = '\0';
+    tb = hcb_py_report_exception(&t->base, what, err);
     tbs = tb != NULL && PyUnicode_Check(tb) ? PyUnicode_AsUTF8(tb) : NULL;
     PyErr_Clear();
     len = strlen(err->message);
@@ -284,7 +262,7 @@ static int
 fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
             const char *where, hcb_error *err)
 {
-    hcb_state *st = t->state;
+    hcb_state *st = t->base.state;
     PyArray_Descr *want =
         (PyArray_Descr *)PyTuple_GET_ITEM(st->dtypes, res->dtype);
     char decl[160], got[160];
@@ -296,14 +274,14 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
     if ((PyObject *)want == Py_None)
         return hcb_error_set(err, HCB_EUNIMPL,
                              PREFIX "declares %s%s, a type numpy lacks",
-                             t->name, decl, where);
+                             t->base.name, decl, where);
 
     if (is_python_scalar(leaf) && !PyArray_IsScalar(leaf, Generic)) {
         describe_value(leaf, got, sizeof got);
         if (res->rank != 0 || !python_scalar_fits(leaf, res->dtype))
             return mismatch(t, PyExc_TypeError, err,
                             PREFIX "returned %s%s; result_shape declares %s",
-                            t->name, got, where, decl);
+                            t->base.name, got, where, decl);
         if (PyArray_Pack(want, res->data, leaf) < 0) {
             PyObject *exc = hcb_py_fetch_exception();
             PyObject *s = exc != NULL ? PyObject_Str(exc) : NULL;
@@ -311,7 +289,7 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
 
             rc = mismatch(t, PyExc_ValueError, err,
                           PREFIX "returned %s%s that does not fit %s: %s",
-                          t->name, got, where, decl, m != NULL ? m : "?");
+                          t->base.name, got, where, decl, m != NULL ? m : "?");
             Py_XDECREF(s);
             Py_XDECREF(exc);
         }
@@ -328,7 +306,7 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
             return mismatch(t, PyExc_TypeError, err,
                             PREFIX "returned %s%s, which is not an array; "
                                    "result_shape declares %s",
-                            t->name, got, where, decl);
+                            t->base.name, got, where, decl);
         }
     }
     describe_value((PyObject *)arr, got, sizeof got);
@@ -336,13 +314,13 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
             PyArray_DESCR(arr)->type_num == want->type_num;
     if (!same_shape(arr, res)) {
         rc = mismatch(t, PyExc_ValueError, err,
-                      PREFIX "returned %s%s; result_shape declares %s", t->name,
-                      got, where, decl);
+                      PREFIX "returned %s%s; result_shape declares %s",
+                      t->base.name, got, where, decl);
     } else if (!exact &&
                !(t->narrow_x64 && narrows_to(PyArray_DESCR(arr), res->dtype))) {
         rc = mismatch(t, PyExc_TypeError, err,
-                      PREFIX "returned %s%s; result_shape declares %s", t->name,
-                      got, where, decl);
+                      PREFIX "returned %s%s; result_shape declares %s",
+                      t->base.name, got, where, decl);
     } else if (exact && PyArray_ISCARRAY_RO(arr) && PyArray_ISNOTSWAPPED(arr)) {
         if (res->nbytes > 0)
             memcpy(res->data, PyArray_DATA(arr), res->nbytes);
@@ -354,7 +332,7 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
             rc = mismatch(t, PyExc_ValueError, err,
                           PREFIX "returned %s%s that cannot be copied into "
                                  "%s",
-                          t->name, got, where, decl);
+                          t->base.name, got, where, decl);
         }
         Py_XDECREF(dst);
     }
@@ -387,9 +365,9 @@ fill_results(hcb_py_call_target *t, PyObject *result, const hcb_array *results,
     if (result == Py_None)
         return mismatch(t, PyExc_TypeError, err,
                         PREFIX "returned None; result_shape declares %s",
-                        t->name, decl);
+                        t->base.name, decl);
 
-    flat = PyObject_CallOneArg(t->state->tree_flatten, result);
+    flat = PyObject_CallOneArg(t->base.state->tree_flatten, result);
     if (flat == NULL)
         return raised(t, err);
     if (!PyTuple_Check(flat) || PyTuple_GET_SIZE(flat) != 2 ||
@@ -408,7 +386,7 @@ fill_results(hcb_py_call_target *t, PyObject *result, const hcb_array *results,
                           PREFIX "returned a result with %zd arrays (the "
                                  "first is %s), but result_shape declares "
                                  "no result",
-                          t->name, n, got);
+                          t->base.name, n, got);
         }
         Py_DECREF(flat);
         return rc;
@@ -423,7 +401,8 @@ fill_results(hcb_py_call_target *t, PyObject *result, const hcb_array *results,
         rc = mismatch(t, PyExc_TypeError, err,
                       PREFIX "returned a result with pytree structure %s; "
                              "result_shape declares %s with leaves %s",
-                      t->name, g != NULL ? g : "?", w != NULL ? w : "?", decl);
+                      t->base.name, g != NULL ? g : "?", w != NULL ? w : "?",
+                      decl);
         Py_XDECREF(gs);
         Py_XDECREF(ws);
         Py_DECREF(flat);
@@ -460,13 +439,13 @@ argument_of(hcb_py_call_target *t, hcb_device device, const hcb_array *args,
             PyErr_SetString(PyExc_MemoryError, e.message);
             return NULL;
         }
-        arrays = hcb_py_arrays_of(t->state, rec);
+        arrays = hcb_py_arrays_of(t->base.state, rec);
         hcb_record_release(rec);
     }
     if (arrays == NULL)
         return NULL;
-    value = PyObject_CallMethodOneArg(t->arg_treedef, t->state->str_unflatten,
-                                      arrays);
+    value = PyObject_CallMethodOneArg(t->arg_treedef,
+                                      t->base.state->str_unflatten, arrays);
     Py_DECREF(arrays);
     return value;
 }
@@ -478,11 +457,11 @@ call_function(hcb_py_call_target *t, hcb_device device, PyObject *value)
 
     if (!t->with_device)
         return PyObject_Vectorcall(t->func, argv, 1, NULL);
-    dev = hcb_py_device_of(t->state, device);
+    dev = hcb_py_device_of(t->base.state, device);
     if (dev == NULL)
         return NULL;
     argv[1] = dev;
-    result = PyObject_Vectorcall(t->func, argv, 1, t->state->kw_device);
+    result = PyObject_Vectorcall(t->func, argv, 1, t->base.state->kw_device);
     Py_DECREF(dev);
     return result;
 }
@@ -496,11 +475,11 @@ hcb_py_call(void *user, hcb_device device, const hcb_array *args, size_t nargs,
     PyObject *value, *result;
     int rc;
 
-    if (hcb_py_gil_ensure(t->state, &gil) < 0)
+    if (hcb_py_gil_ensure(t->base.state, &gil) < 0)
         return hcb_error_set(err, HCB_ESTATE,
                              PREFIX "not called: the Python interpreter is "
                                     "shutting down",
-                             t->name);
+                             t->base.name);
     value = argument_of(t, device, args, nargs);
     result = value != NULL ? call_function(t, device, value) : NULL;
     Py_XDECREF(value);

@@ -43,18 +43,17 @@ typedef struct hcb_py_target {
     char name[64];
 } hcb_py_target;
 
-/* A Python call target (call.c), likewise kept for the process. */
+/* A Python call target (call.c), likewise kept for the process.  `base`
+ * holds the module, state, site (a host_callback._runtime.CallSite) and
+ * name. */
 typedef struct hcb_py_call_target {
-    PyObject *module; /* strong */
-    hcb_state *state;
-    PyObject *site;           /* strong: host_callback._call.CallSite */
+    hcb_py_target base;
     PyObject *func;           /* borrowed from site */
     PyObject *arg_treedef;    /* borrowed from site */
     PyObject *result_treedef; /* borrowed from site */
     int result_is_leaf;       /* result_shape is one array: the fast path */
     int with_device;          /* pass device= */
     int narrow_x64; /* accept 64-bit results for declared 32-bit types */
-    char name[64];
 } hcb_py_call_target;
 
 /* bridge.c */
@@ -68,6 +67,15 @@ PyObject *hcb_py_arrays_of(hcb_state *st, hcb_record *rec);
 PyObject *hcb_py_device_of(hcb_state *st, hcb_device key);
 /* Takes the pending exception (normalised, with its traceback). */
 PyObject *hcb_py_fetch_exception(void);
+/* Hands `exc` (stolen; NULL is ignored) to the Python error hook, which logs
+ * it, keeps it for barrier_wait and returns its formatted traceback (new
+ * reference, or NULL).  No exception stays pending. */
+PyObject *hcb_py_hand_to_hook(hcb_py_target *t, PyObject *exc);
+/* Takes the pending exception, fills `err` with "<what> raised <Type>:
+ * <text>" (HCB_ECALLBACK) and hands the exception to the hook; returns the
+ * hook's formatted traceback as hcb_py_hand_to_hook does. */
+PyObject *hcb_py_report_exception(hcb_py_target *t, const char *what,
+                                  hcb_error *err);
 PyType_Spec *hcb_py_owner_spec(void);
 /* The runtime's log sink (hcb_log_fn); `user` is the module state. */
 void hcb_py_log(void *user, const char *message);

@@ -70,19 +70,58 @@ hcb_configure(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* A new Python target of `size` bytes (which starts with an hcb_py_target)
+ * for `site`, or NULL with an exception set. */
+static void *
+target_new(PyObject *module, PyObject *site, const char *name,
+           Py_ssize_t name_len, size_t size)
+{
+    hcb_state *st = state_of(module);
+    hcb_py_target *t;
+
+    if (st->dtypes == NULL || st->tree_flatten == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    t = PyMem_RawCalloc(1, size);
+    if (t == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    Py_INCREF(module);
+    t->module = module;
+    t->state = st;
+    Py_INCREF(site);
+    t->site = site;
+    snprintf(t->name, sizeof t->name, "%.*s", (int)name_len, name);
+    return t;
+}
+
+/* The id of a registered target, or (after freeing it) the error. */
+static PyObject *
+target_registered(hcb_py_target *t, int rc, uint64_t id, const hcb_error *err)
+{
+    if (rc == HCB_OK)
+        return PyLong_FromUnsignedLongLong(id);
+    Py_DECREF(t->site);
+    Py_DECREF(t->module);
+    PyMem_RawFree(t);
+    return raise_hcb(err);
+}
+
 /* register_tap(site, name) -> int.  `site` is (func, treedef, transforms,
  * with_device); it is kept for the life of the process. */
 static PyObject *
 hcb_register_tap(PyObject *module, PyObject *args)
 {
-    hcb_state *st = state_of(module);
     hcb_tap_target target = HCB_TAP_TARGET_INIT;
     hcb_py_target *t;
     PyObject *site;
     const char *name;
     Py_ssize_t name_len;
-    uint64_t id;
+    uint64_t id = 0;
     hcb_error err;
+    int rc;
 
     if (!PyArg_ParseTuple(args, "O!s#:register_tap", &PyTuple_Type, &site,
                           &name, &name_len))
@@ -94,30 +133,15 @@ hcb_register_tap(PyObject *module, PyObject *args)
                         "with_device) with a callable func");
         return NULL;
     }
-    if (st->dtypes == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
-        return NULL;
-    }
-    t = PyMem_RawCalloc(1, sizeof *t);
+    t = target_new(module, site, name, name_len, sizeof *t);
     if (t == NULL)
-        return PyErr_NoMemory();
-    Py_INCREF(module);
-    t->module = module;
-    t->state = st;
-    Py_INCREF(site);
-    t->site = site;
-    snprintf(t->name, sizeof t->name, "%.*s", (int)name_len, name);
+        return NULL;
     target.fn = hcb_py_tap;
     target.user = t;
     target.name = t->name;
     target.name_len = strlen(t->name);
-    if (hcb_runtime_register_tap(st->rt, &target, &id, &err) != HCB_OK) {
-        Py_DECREF(site);
-        Py_DECREF(module);
-        PyMem_RawFree(t);
-        return raise_hcb(&err);
-    }
-    return PyLong_FromUnsignedLongLong(id);
+    rc = hcb_runtime_register_tap(t->state->rt, &target, &id, &err);
+    return target_registered(t, rc, id, &err);
 }
 
 /* An int field of `obj`, or -1 with an exception set. */
@@ -137,15 +161,14 @@ int_attr(PyObject *obj, const char *name)
 static PyObject *
 hcb_register_call(PyObject *module, PyObject *args)
 {
-    hcb_state *st = state_of(module);
     hcb_call_target target = HCB_CALL_TARGET_INIT;
     hcb_py_call_target *t;
     PyObject *site;
     const char *name;
     Py_ssize_t name_len;
     long nodes, leaves;
-    int with_device, narrow;
-    uint64_t id;
+    int with_device, narrow, rc;
+    uint64_t id = 0;
     hcb_error err;
 
     if (!PyArg_ParseTuple(args, "O!s#:register_call", &PyTuple_Type, &site,
@@ -159,42 +182,27 @@ hcb_register_call(PyObject *module, PyObject *args)
                         "result_avals, with_device, narrow_x64)");
         return NULL;
     }
-    if (st->dtypes == NULL || st->tree_flatten == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
-        return NULL;
-    }
     nodes = int_attr(PyTuple_GET_ITEM(site, 2), "num_nodes");
     leaves = int_attr(PyTuple_GET_ITEM(site, 2), "num_leaves");
     with_device = PyObject_IsTrue(PyTuple_GET_ITEM(site, 4));
     narrow = PyObject_IsTrue(PyTuple_GET_ITEM(site, 5));
     if (nodes < 0 || leaves < 0 || with_device < 0 || narrow < 0)
         return NULL;
-    t = PyMem_RawCalloc(1, sizeof *t);
+    t = target_new(module, site, name, name_len, sizeof *t);
     if (t == NULL)
-        return PyErr_NoMemory();
-    Py_INCREF(module);
-    t->module = module;
-    t->state = st;
-    Py_INCREF(site);
-    t->site = site;
+        return NULL;
     t->func = PyTuple_GET_ITEM(site, 0);
     t->arg_treedef = PyTuple_GET_ITEM(site, 1);
     t->result_treedef = PyTuple_GET_ITEM(site, 2);
     t->result_is_leaf = nodes == 1 && leaves == 1;
     t->with_device = with_device;
     t->narrow_x64 = narrow;
-    snprintf(t->name, sizeof t->name, "%.*s", (int)name_len, name);
     target.fn = hcb_py_call;
     target.user = t;
-    target.name = t->name;
-    target.name_len = strlen(t->name);
-    if (hcb_runtime_register_call(st->rt, &target, &id, &err) != HCB_OK) {
-        Py_DECREF(site);
-        Py_DECREF(module);
-        PyMem_RawFree(t);
-        return raise_hcb(&err);
-    }
-    return PyLong_FromUnsignedLongLong(id);
+    target.name = t->base.name;
+    target.name_len = strlen(t->base.name);
+    rc = hcb_runtime_register_call(t->base.state->rt, &target, &id, &err);
+    return target_registered(&t->base, rc, id, &err);
 }
 
 static PyObject *

@@ -58,32 +58,6 @@ call_site(hcb_state *st, PyObject *site, hcb_record *rec)
     return result;
 }
 
-/* Describes the pending exception in `err`, hands it to the Python error
- * hook and clears it: no exception is left pending on this thread. */
-static int
-report_exception(hcb_py_target *t, hcb_error *err)
-{
-    PyObject *exc = hcb_py_fetch_exception();
-    PyObject *text = exc != NULL ? PyObject_Str(exc) : NULL;
-    const char *msg = text != NULL ? PyUnicode_AsUTF8(text) : NULL;
-    PyObject *r;
-
-    PyErr_Clear();
-    hcb_error_set(err, HCB_ECALLBACK, "tap function '%s' raised %s: %s",
-                  t->name, exc != NULL ? Py_TYPE(exc)->tp_name : "?",
-                  msg != NULL ? msg : "<unprintable>");
-    Py_XDECREF(text);
-    if (exc != NULL) {
-        r = PyObject_CallFunctionObjArgs(t->state->on_error, t->site, exc,
-                                         NULL);
-        if (r == NULL)
-            PyErr_WriteUnraisable(t->state->on_error);
-        Py_XDECREF(r);
-        Py_DECREF(exc);
-    }
-    return HCB_ECALLBACK;
-}
-
 int
 hcb_py_tap(void *user, hcb_record *rec, hcb_error *err)
 {
@@ -100,8 +74,13 @@ hcb_py_tap(void *user, hcb_record *rec, hcb_error *err)
     in_tap = 1;
     result = call_site(t->state, t->site, rec);
     in_tap = 0;
-    if (result == NULL)
-        rc = report_exception(t, err);
+    if (result == NULL) {
+        char what[96];
+
+        snprintf(what, sizeof what, "tap function '%s'", t->name);
+        Py_XDECREF(hcb_py_report_exception(t, what, err));
+        rc = HCB_ECALLBACK;
+    }
     Py_XDECREF(result);
     hcb_py_gil_release(gil);
     return rc;

@@ -52,24 +52,6 @@ tf_init(test_frame *tf)
 }
 
 void
-tf_add_buffer(test_frame *tf, XLA_FFI_DataType dtype, void *data, int64_t rank,
-              int64_t *dims, void *ret_data)
-{
-    int64_t i = tf->frame.args.size++;
-
-    tf->frame.rets.size++;
-    tf->args[i] = (XLA_FFI_Buffer){
-        XLA_FFI_Buffer_STRUCT_SIZE, NULL, dtype, data, rank, dims};
-    tf->rets[i] = tf->args[i];
-    if (ret_data != NULL)
-        tf->rets[i].data = ret_data;
-    tf->arg_ptrs[i] = &tf->args[i];
-    tf->ret_ptrs[i] = &tf->rets[i];
-    tf->arg_types[i] = XLA_FFI_ArgType_BUFFER;
-    tf->ret_types[i] = XLA_FFI_RetType_BUFFER;
-}
-
-void
 tf_add_arg(test_frame *tf, XLA_FFI_DataType dtype, void *data, int64_t rank,
            int64_t *dims)
 {
@@ -91,6 +73,14 @@ tf_add_ret(test_frame *tf, XLA_FFI_DataType dtype, void *data, int64_t rank,
         XLA_FFI_Buffer_STRUCT_SIZE, NULL, dtype, data, rank, dims};
     tf->ret_ptrs[i] = &tf->rets[i];
     tf->ret_types[i] = XLA_FFI_RetType_BUFFER;
+}
+
+void
+tf_add_buffer(test_frame *tf, XLA_FFI_DataType dtype, void *data, int64_t rank,
+              int64_t *dims, void *ret_data)
+{
+    tf_add_arg(tf, dtype, data, rank, dims);
+    tf_add_ret(tf, dtype, ret_data != NULL ? ret_data : data, rank, dims);
 }
 
 static void

@@ -328,6 +328,36 @@ def test_errors_fail_the_computation_are_recorded_and_the_next_call_works(
                                 where != "scan" else 4.)
 
 
+def test_a_long_traceback_keeps_its_end():
+  def ping(n):  # ping and pong alternate: Python cannot fold the frames
+    if n == 0:
+      raise RuntimeError("at the bottom")
+    return pong(n - 1)
+
+  def pong(n):
+    return ping(n - 1)
+
+  with pytest.raises(jax.errors.JaxRuntimeError) as info:
+    jax.jit(lambda x: hcb.call(lambda v: ping(60), x, result_shape=x))(
+        1.).block_until_ready()
+  msg = str(info.value)
+  assert len(msg) < 2100
+  assert "' raised RuntimeError: at the bottom\n...\n" in msg
+  assert msg.endswith("in ping\n    raise RuntimeError(\"at the bottom\")\n"
+                      "RuntimeError: at the bottom")
+  with pytest.raises(hcb.CallbackException, match="at the bottom"):
+    hcb.barrier_wait()
+
+
+def test_jax_arrays_and_numpy_scalars_are_results_too():
+  shape = (F32_3, np.float32(0))
+  out = jax.jit(lambda x: hcb.call(
+      lambda v: (jnp.asarray(v) * 2, np.float32(7)), x,
+      result_shape=shape))(jnp.ones(3))
+  np.testing.assert_array_equal(out[0], [2., 2., 2.])
+  assert float(out[1]) == 7.
+
+
 def test_python_scalar_that_does_not_fit_is_an_error():
   with pytest.raises(jax.errors.JaxRuntimeError,
                      match="returned a Python int that does not fit int8"):
