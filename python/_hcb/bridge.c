@@ -29,12 +29,13 @@ hcb_py_gil_ensure(hcb_state *st, PyGILState_STATE *gil)
     /* Taking the GIL during finalisation would hang or kill this thread. */
     if (atomic_load(&st->shutting_down) || HCB_PY_FINALIZING())
         return -1;
-    if (!keeps_thread_state) {
+    if (!keeps_thread_state && !PyGILState_Check()) {
         /* An XLA or consumer thread calls Python many times.  Without a
          * thread state of its own, every PyGILState_Ensure would create one
          * and every Release destroy it.  One Ensure that is never released
          * keeps it: later Ensure/Release pairs only take and drop the GIL.
-         * Python frees it at finalisation with the other thread states. */
+         * Python frees it at finalisation with the other thread states.
+         * (A thread that already holds the GIL is left as it is.) */
         PyGILState_Ensure();
         keeps_thread_state = 1;
         PyEval_SaveThread();

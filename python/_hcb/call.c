@@ -264,7 +264,9 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
 {
     hcb_state *st = t->base.state;
     PyArray_Descr *want =
-        (PyArray_Descr *)PyTuple_GET_ITEM(st->dtypes, res->dtype);
+        (unsigned)res->dtype < HCB_PY_NDTYPES
+            ? (PyArray_Descr *)PyTuple_GET_ITEM(st->dtypes, res->dtype)
+            : (PyArray_Descr *)Py_None;
     char decl[160], got[160];
     PyArrayObject *arr;
     bool exact;
