@@ -12,6 +12,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 import host_callback as hcb
@@ -69,6 +70,15 @@ def main() -> None:
         f"{float(losses[-1]):.4f}; taps still arriving...", flush=True)
   hcb.barrier_wait()
   print(f"{stamp()} barrier_wait returned: every tap delivered", flush=True)
+
+  # A synchronous call: the device waits for numpy's eigenvalues (the
+  # result is checked against result_shape before it reaches the device).
+  spectrum = jax.jit(lambda m: hcb.call(
+      lambda a: np.sort(np.linalg.eigvals(a).real), m,
+      result_shape=jax.ShapeDtypeStruct(m.shape[:-1], m.dtype)))
+  m = jnp.array([[2., 1.], [1., 2.]])
+  print(f"{stamp()} call: eigenvalues of {m.tolist()} from the host: "
+        f"{spectrum(m).tolist()}", flush=True)
   s = hcb.stats()
   print(f"runtime stats: {s['records_out']} taps, {s['bytes_out']} bytes, "
         f"{s['errors']} errors, queue high-water {s['high_water_bytes']} B")
