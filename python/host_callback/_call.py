@@ -24,8 +24,9 @@ from jax.interpreters import batching
 from jax.interpreters import mlir
 
 from host_callback import _config
-from host_callback import _dce
+from host_callback import _containers
 from host_callback import _leaves
+from host_callback import _lowering
 from host_callback import _runtime
 from host_callback._runtime import CallSite
 from host_callback._types import CallbackFlavor
@@ -56,10 +57,11 @@ def _call_abstract_eval(*avals: Any, site: CallSite, device_index: int,
 def _call_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
                    site: CallSite, device_index: int, flavor: CallbackFlavor,
                    vmap_method: str | None) -> Any:
-  del device_index, vmap_method  # device_index: multi-device lowering
-  rule = jax.ffi.ffi_lowering(
-      "hcb_call", has_side_effect=flavor is not CallbackFlavor.PURE)
-  return rule(ctx, *args, callback_id=np.uint64(_runtime.site_id(site)))
+  del device_index, vmap_method  # device_index: see _lowering
+  return _lowering.lower(
+      ctx, "hcb_call", args, what="call",
+      has_side_effect=flavor is not CallbackFlavor.PURE,
+      callback_id=np.uint64(_runtime.site_id(site)))
 
 
 def _call_jvp(primals: Sequence[Any], tangents: Sequence[Any], *,
@@ -131,7 +133,7 @@ mlir.register_lowering(call_p, _call_lowering, platform="cpu")
 ad.primitive_jvps[call_p] = _call_jvp
 ad.primitive_transposes[call_p] = _call_transpose
 batching.primitive_batchers[call_p] = _call_batching
-_dce.keep_when_unused(call_p)
+_containers.keep_when_unused(call_p)
 
 
 # ---- result_shape -------------------------------------------------------------

@@ -29,6 +29,23 @@ logger = logging.getLogger("host_callback")
 _PLATFORM_CPU = 0
 
 
+class Transforms(tuple):
+  """The ``transforms`` a tap function receives: ``(name, params)`` pairs,
+  innermost transformation first, e.g. ``(('batch', {'batch_dims': (0,
+  None)}),)``.  A tuple that hashes its dict params, so that it can be part
+  of a tap site."""
+
+  __slots__ = ()
+
+  def __hash__(self) -> int:
+    return hash(tuple((name, tuple(sorted(params.items())))
+                      for name, params in self))
+
+  def add(self, name: str, params: dict[str, Any]) -> Transforms:
+    """These transforms with ``(name, params)`` applied around them."""
+    return Transforms((*self, (name, params)))
+
+
 class TapSite(NamedTuple):
   """What a compiled tap refers to by id: the function, how to rebuild its
   argument, the transformations applied around it, and whether it wants the
@@ -37,7 +54,7 @@ class TapSite(NamedTuple):
 
   func: Callable[..., Any]
   treedef: Any
-  transforms: tuple[Any, ...]
+  transforms: Transforms
   with_device: bool
 
 

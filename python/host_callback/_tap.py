@@ -1,5 +1,11 @@
 """``id_tap`` and the ``hcb_tap`` primitive.
 
+Transformations: under ``vmap`` the tap runs once on the batched values and
+``transforms`` gains ``('batch', {'batch_dims': ...})``; under ``jvp`` it
+taps the primal values only and passes tangents through; transposed (a tap
+on tangents, in a custom JVP rule, under ``grad``) it taps the cotangents
+and ``transforms`` gains ``('transpose', {})``.
+
 A tap lowers to one XLA custom call, ``hcb_tap`` (src/ffi_tap.c), whose
 operands are the tapped arrays followed by the arrays of ``result``, and
 whose results alias those operands: the computation continues with the same
@@ -17,12 +23,17 @@ import jax
 import numpy as np
 from jax._src import core as jax_core
 from jax._src import dispatch
+from jax._src import effects as jax_effects
+from jax._src.interpreters import partial_eval as pe
 from jax.extend.core import Primitive
+from jax.interpreters import ad
+from jax.interpreters import batching
 from jax.interpreters import mlir
 
 from host_callback import _config
-from host_callback import _dce
+from host_callback import _containers
 from host_callback import _leaves
+from host_callback import _lowering
 from host_callback import _runtime
 from host_callback._types import CallbackFlavor
 
@@ -34,31 +45,98 @@ def _tap_impl(*args: Any, **params: Any) -> Any:
   return dispatch.apply_primitive(tap_p, *args, **params)
 
 
+class DifferentiatedTapEffect(jax_effects.Effect):
+  """Carried by taps bound by differentiation rules (see _tap_jvp)."""
+
+  def __repr__(self) -> str:
+    return "HostCallbackTap"
+
+
+_differentiated = DifferentiatedTapEffect()
+for _effect_set in (jax_effects.lowerable_effects,
+                    jax_effects.control_flow_allowed_effects,
+                    jax_effects.remat_allowed_effects,
+                    jax_effects.custom_derivatives_allowed_effects,
+                    jax_effects.partial_eval_kept_effects):
+  _effect_set.add_type(DifferentiatedTapEffect)
+
+
 def _tap_abstract_eval(*avals: Any, site: _runtime.TapSite, ntapped: int,
-                       device_index: int, flavor: CallbackFlavor) -> Any:
-  del site, ntapped, device_index, flavor
-  return avals
+                       device_index: int, flavor: CallbackFlavor,
+                       differentiated: bool) -> Any:
+  del site, ntapped, device_index
+  keep = differentiated and flavor is not CallbackFlavor.PURE
+  return avals, {_differentiated} if keep else jax_core.no_effects
 
 
 def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
                   site: _runtime.TapSite, ntapped: int, device_index: int,
-                  flavor: CallbackFlavor) -> Any:
-  del device_index  # used by the multi-device lowering (sharded jit)
-  rule = jax.ffi.ffi_lowering(
-      "hcb_tap",
-      operand_output_aliases={i: i for i in range(len(args))},
+                  flavor: CallbackFlavor, differentiated: bool) -> Any:
+  del differentiated
+  del device_index  # see _lowering: sharded jit is not supported yet
+  return _lowering.lower(
+      ctx, "hcb_tap", args, what="id_tap",
       has_side_effect=flavor is not CallbackFlavor.PURE,
-  )
-  return rule(ctx, *args, callback_id=np.uint64(_runtime.site_id(site)),
-              ntapped=np.int64(ntapped))
+      operand_output_aliases={i: i for i in range(len(args))},
+      callback_id=np.uint64(_runtime.site_id(site)), ntapped=np.int64(ntapped))
+
+
+def _tap_batching(args: Any, dims: Any, *, site: _runtime.TapSite,
+                  ntapped: int, **params: Any) -> tuple[Any, Any]:
+  batched = site._replace(transforms=site.transforms.add(
+      "batch", {"batch_dims": tuple(dims[:ntapped])}))
+  return tap_p.bind(*args, site=batched, ntapped=ntapped, **params), dims
+
+
+def _tap_jvp(primals: Any, tangents: Any, *, differentiated: bool,
+             **params: Any) -> tuple[Any, Any]:
+  # Primal values only; the tangents pass through untouched.  The tap now
+  # carries an effect: differentiation (linearize, partial evaluation of
+  # scan, ...) drops effect-free equations whose results are unused, and
+  # the effect is what keeps it.  Only differentiated programs pay for it
+  # (no C++ fast dispatch for them).
+  del differentiated
+  return tap_p.bind(*primals, differentiated=True, **params), list(tangents)
+
+
+def _tap_transpose(cts: Any, *args: Any, site: _runtime.TapSite,
+                   differentiated: bool, **params: Any) -> list[Any]:
+  del differentiated
+  cts = [ad.instantiate_zeros(ct) for ct in cts]
+  transposed = site._replace(transforms=site.transforms.add("transpose", {}))
+  outs = tap_p.bind(*cts, site=transposed, differentiated=True, **params)
+  return [ct if ad.is_undefined_primal(x) else None
+          for x, ct in zip(args, outs)]
+
+
+def _tap_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any,
+                             eqn: jax_core.JaxprEqn) -> Any:
+  """Partial evaluation for remat: a tap on known values runs in the
+  forward pass and, unless the policy saves its outputs, again when the
+  backward pass rematerialises (the seed's order); a tap on unknown values
+  runs where they are computed."""
+  residuals = [v for v, inst in zip(eqn.invars, inst_in)
+               if isinstance(v, jax_core.Var) and not inst]
+  n = len(eqn.outvars)
+  if any(unks_in):
+    return None, eqn, [True] * n, [True] * n, residuals
+  policy = pe.ensure_enum(saveable(
+      eqn.primitive, *[v.aval for v in eqn.invars], **eqn.params))
+  if isinstance(policy, pe.SaveableType):
+    return eqn, None, [False] * n, [False] * n, []
+  return eqn, eqn, [False] * n, [True] * n, residuals
 
 
 tap_p.def_impl(_tap_impl)
-tap_p.def_abstract_eval(_tap_abstract_eval)
+tap_p.def_effectful_abstract_eval(_tap_abstract_eval)
 mlir.register_lowering(tap_p, _tap_lowering, platform="cpu")
+batching.primitive_batchers[tap_p] = _tap_batching
+ad.primitive_jvps[tap_p] = _tap_jvp
+ad.primitive_transposes[tap_p] = _tap_transpose
+pe.partial_eval_jaxpr_custom_rules[tap_p] = _tap_partial_eval_custom
 
 
-_dce.keep_when_unused(tap_p)
+_containers.keep_when_unused(tap_p)
 
 
 # ---- the API ----------------------------------------------------------------
@@ -115,8 +193,8 @@ def id_tap(tap_func: Callable[..., Any], arg: Any, *, result: Any = None,
 
   leaves, treedef = _leaves.flatten(arg)
   tapped = _leaves.key_data_of_keys(leaves)
-  site = _runtime.TapSite(_runtime.hashable_callable(tap_func), treedef, (),
-                          bool(tap_with_device))
+  site = _runtime.TapSite(_runtime.hashable_callable(tap_func), treedef,
+                          _runtime.Transforms(), bool(tap_with_device))
 
   if result is not None:
     res_leaves, res_treedef = _leaves.flatten(result)
@@ -128,8 +206,8 @@ def id_tap(tap_func: Callable[..., Any], arg: Any, *, result: Any = None,
     return arg if result is None else result
 
   outs = tap_p.bind(*tapped, *_leaves.key_data_of_keys(res_leaves), site=site,
-                    ntapped=len(tapped),
-                    device_index=int(device_index), flavor=callback_flavor)
+                    ntapped=len(tapped), device_index=int(device_index),
+                    flavor=callback_flavor, differentiated=False)
   if result is None:
     return treedef.unflatten(_leaves.rewrap_keys(leaves, outs[:len(tapped)]))
   return res_treedef.unflatten(_leaves.rewrap_keys(res_leaves, outs[len(tapped):]))

@@ -1,4 +1,8 @@
-"""Keeping callbacks whose results are unused.
+"""Callbacks inside JAX's container primitives (scan, while, cond, jit, ...).
+
+Two concerns, one detection (does a sub-jaxpr hold a callback?):
+
+1. Keeping callbacks whose results are unused.
 
 JAX removes an equation whose outputs are unused unless it has an effect,
 and our primitives deliberately have none (an effect would cost jitted
@@ -8,6 +12,11 @@ the primitives that hold sub-jaxprs (scan, while, cond, jit, remat, custom
 derivatives, shard_map) are wrapped to keep a container whose body holds
 such a callback.  The compiled custom calls carry ``has_side_effect``, so
 XLA keeps them too.
+
+2. ``vmap`` of ``cond`` with a batched predicate becomes a ``select`` of
+both branches: every branch would run, and its callbacks with it.  That is
+refused with an error naming the combination (JAX refuses it for its own
+IO callbacks too).
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from jax._src import core as jax_core
+from jax._src.interpreters import batching
 from jax._src.interpreters import partial_eval as pe
 from jax.extend.core import Primitive
 
@@ -85,3 +95,32 @@ def keep_when_unused(prim: Primitive) -> None:
   _kept.add(prim)
   pe.dce_rules[prim] = _callback_dce_rule
   _wrap_container_rules()
+
+
+def _refusing_batched_cond(rule: Callable[..., Any]) -> Callable[..., Any]:
+  def cond_batching_rule(axis_data: Any, args: Any, dims: Any, *,
+                         branches: Any, **params: Any) -> Any:
+    if dims[0] is not None and any(
+        _jaxpr_holds_callback(b.jaxpr) for b in branches):
+      raise NotImplementedError(
+          "vmap of lax.cond with a batched predicate, where a branch holds "
+          "host_callback taps or calls: vmap would run every branch (as a "
+          "select), and with them callbacks of branches not taken. Use "
+          "CallbackFlavor.PURE callbacks there, or move the callback out of "
+          "the cond.")
+    return rule(axis_data, args, dims, branches=branches, **params)
+
+  cond_batching_rule.__wrapped__ = rule  # type: ignore[attr-defined]
+  return cond_batching_rule
+
+
+def _wrap_cond_batching() -> None:
+  from jax._src.lax.control_flow import conditionals
+
+  rule = batching.fancy_primitive_batchers[conditionals.cond_p]
+  if not hasattr(rule, "__wrapped__"):
+    batching.fancy_primitive_batchers[conditionals.cond_p] = (
+        _refusing_batched_cond(rule))
+
+
+_wrap_cond_batching()
