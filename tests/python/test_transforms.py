@@ -298,3 +298,41 @@ def test_barrier_wait_while_every_device_is_busy(rec):
   threading.Timer(0.2, gate.set).start()
   hcb.barrier_wait()  # returns once every device's tap ran
   assert len(rec.taken()) == 4
+
+
+# ---- several processes ------------------------------------------------------
+
+def test_two_processes_each_receive_their_own_devices_callbacks():
+  import json
+  import os
+  import socket
+  import subprocess
+  import sys
+
+  with socket.socket() as s:  # a free loopback port for the coordinator
+    s.bind(("127.0.0.1", 0))
+    port = str(s.getsockname()[1])
+  worker = os.path.join(os.path.dirname(__file__), "multiprocess_worker.py")
+  env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
+  procs = [subprocess.Popen([sys.executable, worker, str(i), port], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True) for i in range(2)]
+  try:
+    outs = [p.communicate(timeout=120) for p in procs]
+  finally:
+    for p in procs:
+      p.kill()
+  for p, (_, err) in zip(procs, outs):
+    assert p.returncode == 0, err[-3000:]
+  got = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+  for i, g in enumerate(got):
+    devices = g["local"]
+    assert len(devices) == 2
+    shards = {d: [2 * i + k] for k, d in enumerate(devices)}
+    expected = sorted([d, [[2. * r, 2. * r + 1]]]
+                      for d, (r,) in shards.items())
+    assert g["taps"] == expected  # exactly this process's devices
+    assert g["calls"] == expected
+    assert g["out"] == sorted([d, [[v + 100 for v in row] for row in rows]]
+                              for d, rows in expected)
+  assert set(got[0]["local"]).isdisjoint(got[1]["local"])

@@ -1,0 +1,54 @@
+"""One of two processes of test_transforms.test_two_processes: joins a
+2-process JAX cluster on loopback (gloo collectives, 2 CPU devices each),
+taps and calls from every device under shard_map, and prints what this
+process received as JSON.  Usage: multiprocess_worker.py PROCESS_ID PORT"""
+
+import json
+import os
+import sys
+
+process_id, port = int(sys.argv[1]), sys.argv[2]
+os.environ["JAX_NUM_CPU_DEVICES"] = "2"
+
+import jax  # noqa: E402
+
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
+                           num_processes=2, process_id=process_id,
+                           initialization_timeout=60)
+
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+import host_callback as hcb  # noqa: E402
+
+taps, calls = [], []
+
+
+def tap(x, transforms, *, device):
+  taps.append([device.id, np.asarray(x).tolist()])
+
+
+def host(x, *, device):
+  calls.append([device.id, np.asarray(x).tolist()])
+  return x + 100
+
+
+def body(x):
+  x = hcb.id_tap(tap, x, tap_with_device=True)
+  return hcb.call(host, x, result_shape=x, call_with_device=True)
+
+
+mesh = Mesh(np.array(jax.devices()), ("d",))
+xs = np.arange(8, dtype=np.float32).reshape(4, 2)
+x = jax.make_array_from_callback(xs.shape, NamedSharding(mesh, P("d")),
+                                 lambda index: xs[index])
+out = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"),
+                            out_specs=P("d")))(x)
+hcb.barrier_wait()
+print(json.dumps({
+    "local": [d.id for d in jax.local_devices()],
+    "taps": sorted(taps), "calls": sorted(calls),
+    "out": sorted([s.device.id, np.asarray(s.data).tolist()]
+                  for s in out.addressable_shards)}), flush=True)
+jax.distributed.shutdown()
