@@ -11,6 +11,7 @@
 #include "hcbpy.h"
 
 #include <numpy/arrayobject.h>
+#include <string.h>
 
 #if PY_VERSION_HEX >= 0x030D0000
 #define HCB_PY_FINALIZING() Py_IsFinalizing()
@@ -229,6 +230,41 @@ hcb_py_report_exception(hcb_py_target *t, const char *what, hcb_error *err)
                   msg != NULL ? msg : "<unprintable>");
     Py_XDECREF(str);
     return hcb_py_hand_to_hook(t, exc);
+}
+
+int
+hcb_py_raised(hcb_py_target *t, const char *what, hcb_error *err)
+{
+    PyObject *tb;
+    const char *tbs;
+    size_t len, room, n;
+
+    tb = hcb_py_report_exception(t, what, err);
+    tbs = tb != NULL && PyUnicode_Check(tb) ? PyUnicode_AsUTF8(tb) : NULL;
+    PyErr_Clear();
+    len = strlen(err->message);
+    if (tbs != NULL && len + 8 < sizeof err->message) {
+        n = strlen(tbs);
+        room = sizeof err->message - len - 2;
+        if (n <= room) {
+            snprintf(err->message + len, sizeof err->message - len, "\n%s",
+                     tbs);
+        } else {
+            const char *tail = tbs + n - (room - 5);
+            const char *nl = strchr(tail, '\n');
+
+            if (nl != NULL && nl[1] != '\0')
+                tail = nl + 1;
+            snprintf(err->message + len, sizeof err->message - len, "\n...\n%s",
+                     tail);
+        }
+        /* The traceback ends with a newline; the message does not. */
+        len = strlen(err->message);
+        while (len > 0 && err->message[len - 1] == '\n')
+            err->message[--len] = '\0';
+    }
+    Py_XDECREF(tb);
+    return HCB_ECALLBACK;
 }
 
 /* ---- warnings -------------------------------------------------------------

@@ -137,46 +137,15 @@ mismatch(hcb_py_call_target *t, PyObject *type, hcb_error *err, const char *fmt,
     return HCB_EINVAL;
 }
 
-/* The call function raised: the message is its first line, then as much of
- * the formatted traceback as fits, keeping the end (the raising frame). */
+/* The call function raised. */
 static int
 raised(hcb_py_call_target *t, hcb_error *err)
 {
     char what[128];
-    PyObject *tb;
-    const char *tbs;
-    size_t len, room, n;
 
-    snprintf(what, sizeof what, PREFIX, t->base.name);
-    n = strlen(what);
-    if (n > 0 && what[n - 1] == ' ')
-        what[n - 1] = '\0';
-    tb = hcb_py_report_exception(&t->base, what, err);
-    tbs = tb != NULL && PyUnicode_Check(tb) ? PyUnicode_AsUTF8(tb) : NULL;
-    PyErr_Clear();
-    len = strlen(err->message);
-    if (tbs != NULL && len + 8 < sizeof err->message) {
-        n = strlen(tbs);
-        room = sizeof err->message - len - 2;
-        if (n <= room) {
-            snprintf(err->message + len, sizeof err->message - len, "\n%s",
-                     tbs);
-        } else {
-            const char *tail = tbs + n - (room - 5);
-            const char *nl = strchr(tail, '\n');
-
-            if (nl != NULL && nl[1] != '\0')
-                tail = nl + 1;
-            snprintf(err->message + len, sizeof err->message - len, "\n...\n%s",
-                     tail);
-        }
-        /* The traceback ends with a newline; the message does not. */
-        len = strlen(err->message);
-        while (len > 0 && err->message[len - 1] == '\n')
-            err->message[--len] = '\0';
-    }
-    Py_XDECREF(tb);
-    return HCB_ECALLBACK;
+    snprintf(what, sizeof what, "host_callback.call: callback '%s'",
+             t->base.name);
+    return hcb_py_raised(&t->base, what, err);
 }
 
 /* ---- results --------------------------------------------------------------

@@ -2,8 +2,9 @@
  * hcbpy.h - state shared by the files of the CPython extension
  * host_callback._hcb: module.c (the module and its functions), tap.c
  * (delivering a record to a Python tap function), call.c (running a Python
- * call function for XLA and checking its result) and bridge.c (what taps
- * and calls share: the GIL, numpy arrays over records, devices).
+ * call function for XLA and checking its result), buffer.c (in-place
+ * buffer callbacks and the Buffer type) and bridge.c (what they share: the
+ * GIL, numpy arrays over records, devices, errors).
  */
 #ifndef HCB_PY_H
 #define HCB_PY_H
@@ -19,18 +20,19 @@
 /* Module state.  The objects are set once by host_callback's Python code
  * (configure) before the first tap is registered. */
 typedef struct hcb_state {
-    hcb_runtime *rt;          /* the default runtime, never destroyed */
-    PyTypeObject *owner_type; /* RecordOwner: keeps a record alive */
-    PyObject *dtypes;         /* tuple: hcb_dtype -> numpy dtype or None */
-    PyObject *device_lookup;  /* callable(device_key) -> jax.Device */
-    PyObject *on_error;       /* callable(site, exception) -> traceback str */
-    PyObject *tree_flatten;   /* jax.tree_util.tree_flatten */
-    PyObject *warn;           /* callable(message): the runtime's warnings */
-    PyObject *device_cache;   /* dict: device_key -> jax.Device */
-    PyObject *str_unflatten;  /* interned "unflatten" */
-    PyObject *str_device;     /* interned "device" */
-    PyObject *kw_device;      /* ("device",): vectorcall keyword names */
-    atomic_int shutting_down; /* set at exit: taps are no longer delivered */
+    hcb_runtime *rt;           /* the default runtime, never destroyed */
+    PyTypeObject *owner_type;  /* RecordOwner: keeps a record alive */
+    PyTypeObject *buffer_type; /* Buffer: one XLA buffer (buffer.c) */
+    PyObject *dtypes;          /* tuple: hcb_dtype -> numpy dtype or None */
+    PyObject *device_lookup;   /* callable(device_key) -> jax.Device */
+    PyObject *on_error;        /* callable(site, exception) -> traceback str */
+    PyObject *tree_flatten;    /* jax.tree_util.tree_flatten */
+    PyObject *warn;            /* callable(message): the runtime's warnings */
+    PyObject *device_cache;    /* dict: device_key -> jax.Device */
+    PyObject *str_unflatten;   /* interned "unflatten" */
+    PyObject *str_device;      /* interned "device" */
+    PyObject *kw_device;       /* ("device",): vectorcall keyword names */
+    atomic_int shutting_down;  /* set at exit: taps are no longer delivered */
 } hcb_state;
 
 /* A Python tap target: what the runtime passes back as `user`.  Lives (with
@@ -56,6 +58,16 @@ typedef struct hcb_py_call_target {
     int narrow_x64; /* accept 64-bit results for declared 32-bit types */
 } hcb_py_call_target;
 
+/* A Python buffer_callback target (buffer.c); `base.site` is
+ * (callback, in_treedef, out_treedef, context_type). */
+typedef struct hcb_py_buffer_target {
+    hcb_py_target base;
+    PyObject *callback;     /* borrowed from site */
+    PyObject *in_treedef;   /* borrowed: of (args, kwargs) */
+    PyObject *out_treedef;  /* borrowed */
+    PyObject *context_type; /* borrowed: ExecutionContext(device) */
+} hcb_py_buffer_target;
+
 /* bridge.c */
 /* Takes the GIL from any thread; -1 (nothing taken) once the interpreter
  * is shutting down. */
@@ -76,6 +88,10 @@ PyObject *hcb_py_hand_to_hook(hcb_py_target *t, PyObject *exc);
  * hook's formatted traceback as hcb_py_hand_to_hook does. */
 PyObject *hcb_py_report_exception(hcb_py_target *t, const char *what,
                                   hcb_error *err);
+/* Like hcb_py_report_exception, and appends as much of the traceback to
+ * the message as fits (keeping its end, the raising frame); returns
+ * HCB_ECALLBACK. */
+int hcb_py_raised(hcb_py_target *t, const char *what, hcb_error *err);
 PyType_Spec *hcb_py_owner_spec(void);
 /* The runtime's log sink (hcb_log_fn); `user` is the module state. */
 void hcb_py_log(void *user, const char *message);
@@ -84,6 +100,12 @@ void hcb_py_log(void *user, const char *message);
 int hcb_py_tap(void *user, hcb_record *rec, hcb_error *err);
 /* True while this thread runs a Python tap function. */
 int hcb_py_in_tap(void);
+
+/* buffer.c */
+int hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
+                       size_t nargs, const hcb_array *results, size_t nresults,
+                       hcb_error *err);
+PyType_Spec *hcb_py_buffer_spec(void);
 
 /* call.c */
 int hcb_py_call(void *user, hcb_device device, const hcb_array *args,

@@ -205,6 +205,76 @@ hcb_register_call(PyObject *module, PyObject *args)
     return target_registered(&t->base, rc, id, &err);
 }
 
+/* register_buffer_callback(site, name) -> int.  `site` is (callback,
+ * in_treedef, out_treedef, context_type); kept for the life of the
+ * process. */
+static PyObject *
+hcb_register_buffer_callback(PyObject *module, PyObject *args)
+{
+    hcb_call_target target = HCB_CALL_TARGET_INIT;
+    hcb_py_buffer_target *t;
+    PyObject *site;
+    const char *name;
+    Py_ssize_t name_len;
+    uint64_t id = 0;
+    hcb_error err;
+    int rc;
+
+    if (!PyArg_ParseTuple(args, "O!s#:register_buffer_callback", &PyTuple_Type,
+                          &site, &name, &name_len))
+        return NULL;
+    if (PyTuple_GET_SIZE(site) != 4 ||
+        !PyCallable_Check(PyTuple_GET_ITEM(site, 0)) ||
+        !PyCallable_Check(PyTuple_GET_ITEM(site, 3))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "site must be (callback, in_treedef, out_treedef, "
+                        "context_type)");
+        return NULL;
+    }
+    t = target_new(module, site, name, name_len, sizeof *t);
+    if (t == NULL)
+        return NULL;
+    t->callback = PyTuple_GET_ITEM(site, 0);
+    t->in_treedef = PyTuple_GET_ITEM(site, 1);
+    t->out_treedef = PyTuple_GET_ITEM(site, 2);
+    t->context_type = PyTuple_GET_ITEM(site, 3);
+    target.fn = hcb_py_buffer_call;
+    target.user = t;
+    target.name = t->base.name;
+    target.name_len = strlen(t->base.name);
+    rc = hcb_runtime_register_call(t->base.state->rt, &target, &id, &err);
+    return target_registered(&t->base, rc, id, &err);
+}
+
+/* register_native_call(fn_address, user_address, name) -> int: a C
+ * hcb_call_fn called with no Python at all. */
+static PyObject *
+hcb_register_native_call(PyObject *module, PyObject *args)
+{
+    hcb_call_target target = HCB_CALL_TARGET_INIT;
+    unsigned long long fn, user;
+    const char *name;
+    Py_ssize_t name_len;
+    uint64_t id = 0;
+    hcb_error err;
+
+    if (!PyArg_ParseTuple(args, "KKs#:register_native_call", &fn, &user, &name,
+                          &name_len))
+        return NULL;
+    if (fn == 0) {
+        PyErr_SetString(PyExc_ValueError, "the C function pointer is NULL");
+        return NULL;
+    }
+    target.fn = (hcb_call_fn)(uintptr_t)fn;
+    target.user = (void *)(uintptr_t)user;
+    target.name = name;
+    target.name_len = (size_t)name_len;
+    if (hcb_runtime_register_call(state_of(module)->rt, &target, &id, &err) !=
+        HCB_OK)
+        return raise_hcb(&err);
+    return PyLong_FromUnsignedLongLong(id);
+}
+
 static PyObject *
 hcb_ffi_handlers(PyObject *module, PyObject *unused)
 {
@@ -413,6 +483,11 @@ static PyMethodDef hcb_methods[] = {
      "register_tap(site, name) -> id: register a Python tap site."},
     {"register_call", hcb_register_call, METH_VARARGS,
      "register_call(site, name) -> id: register a Python call site."},
+    {"register_buffer_callback", hcb_register_buffer_callback, METH_VARARGS,
+     "register_buffer_callback(site, name) -> id: a Python buffer "
+     "callback."},
+    {"register_native_call", hcb_register_native_call, METH_VARARGS,
+     "register_native_call(fn, user, name) -> id: a C hcb_call_fn."},
     {"ffi_handlers", hcb_ffi_handlers, METH_NOARGS,
      "ffi_handlers() -> {name: capsule} for jax.ffi.register_ffi_target."},
     {"barrier", (PyCFunction)(void (*)(void))hcb_barrier, METH_FASTCALL,
@@ -450,6 +525,12 @@ hcb_exec(PyObject *module)
         module, hcb_py_owner_spec(), NULL);
     if (st->owner_type == NULL)
         return -1;
+    st->buffer_type = (PyTypeObject *)PyType_FromModuleAndSpec(
+        module, hcb_py_buffer_spec(), NULL);
+    if (st->buffer_type == NULL ||
+        PyModule_AddObjectRef(module, "Buffer", (PyObject *)st->buffer_type) <
+            0)
+        return -1;
     st->device_cache = PyDict_New();
     st->str_unflatten = PyUnicode_InternFromString("unflatten");
     st->str_device = PyUnicode_InternFromString("device");
@@ -473,6 +554,7 @@ hcb_traverse(PyObject *module, visitproc visit, void *arg)
     hcb_state *st = state_of(module);
 
     Py_VISIT(st->owner_type);
+    Py_VISIT(st->buffer_type);
     Py_VISIT(st->dtypes);
     Py_VISIT(st->device_lookup);
     Py_VISIT(st->on_error);
@@ -490,6 +572,7 @@ hcb_clear(PyObject *module)
     if (st->rt != NULL)
         hcb_runtime_set_log(st->rt, NULL, NULL);
     Py_CLEAR(st->owner_type);
+    Py_CLEAR(st->buffer_type);
     Py_CLEAR(st->dtypes);
     Py_CLEAR(st->device_lookup);
     Py_CLEAR(st->on_error);

@@ -13,6 +13,11 @@ pending tap and reports exceptions raised by callbacks.  See README.md and
 docs/.
 """
 
+from host_callback._buffer import Buffer
+from host_callback._buffer import ExecutionContext
+from host_callback._buffer import ExecutionStage
+from host_callback._buffer import NativeCallback
+from host_callback._buffer import buffer_callback
 from host_callback._call import call
 from host_callback._runtime import barrier_wait
 from host_callback._runtime import stats
@@ -25,10 +30,15 @@ from host_callback._types import TapFunctionException
 __version__ = "0.1.0"
 
 __all__ = [
+    "Buffer",
     "CallbackException",
     "CallbackFlavor",
+    "ExecutionContext",
+    "ExecutionStage",
+    "NativeCallback",
     "TapFunctionException",
     "barrier_wait",
+    "buffer_callback",
     "call",
     "id_tap",
     "stats",

@@ -15,7 +15,6 @@ from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
-from jax import lax
 from jax._src import core as jax_core
 from jax._src import dispatch
 from jax.extend.core import Primitive
@@ -23,6 +22,7 @@ from jax.interpreters import ad
 from jax.interpreters import batching
 from jax.interpreters import mlir
 
+from host_callback import _batching
 from host_callback import _config
 from host_callback import _containers
 from host_callback import _leaves
@@ -34,8 +34,6 @@ from host_callback._types import CallbackFlavor
 call_p = Primitive("hcb_call")
 call_p.multiple_results = True
 
-VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims",
-                "broadcast_all")
 
 
 def _name(site: CallSite) -> str:
@@ -83,48 +81,19 @@ def _call_transpose(cts: Any, *args: Any, site: CallSite,
 
 
 def _call_batching(args: Sequence[Any], dims: Sequence[Any], *,
-                   site: CallSite, device_index: int, flavor: CallbackFlavor,
-                   vmap_method: str | None) -> tuple[list[Any], list[int]]:
-  """vmap, as ``jax.pure_callback`` defines ``vmap_method``."""
-  params = dict(device_index=device_index, flavor=flavor,
-                vmap_method=vmap_method)
-  if vmap_method is None:
-    raise NotImplementedError(
-        f"host_callback.call of {_name(site)!r} under vmap needs a "
-        "vmap_method: pass vmap_method='sequential' (one call per batch "
-        "element), 'expand_dims' or 'broadcast_all' (one call with batched "
-        "arrays), as for jax.pure_callback.")
-  size = next(x.shape[d] for x, d in zip(args, dims)
-              if d is not None)
-  args = [x if d is None else jax.numpy.moveaxis(x, d, 0)
-          for x, d in zip(args, dims)]
-  nout = len(site.result_avals)
+                   site: CallSite, **params: Any
+                   ) -> tuple[list[Any], list[int]]:
+  def bind_batched(batched_args: list[Any], size: int) -> Sequence[Any]:
+    batched = site._replace(result_avals=tuple(
+        ((size, *shape), dtype) for shape, dtype in site.result_avals))
+    return call_p.bind(*batched_args, site=batched, **params)
 
-  if vmap_method in ("sequential", "sequential_unrolled"):
-    mapped = [i for i, d in enumerate(dims) if d is not None]
-
-    def one(batch: Sequence[Any]) -> list[Any]:
-      full = list(args)
-      for i, x in zip(mapped, batch):
-        full[i] = x
-      return call_p.bind(*full, site=site, **params)
-
-    if vmap_method == "sequential":
-      outs = lax.map(one, [args[i] for i in mapped])
-    else:
-      each = [one([args[i][k] for i in mapped]) for k in range(size)]
-      outs = [jax.numpy.stack([e[j] for e in each]) for j in range(nout)]
-    return list(outs), [0] * nout
-
-  if vmap_method == "expand_dims":
-    args = [lax.expand_dims(x, (0,)) if d is None else x
-            for x, d in zip(args, dims)]
-  else:  # broadcast_all
-    args = [lax.broadcast(x, (size,)) if d is None else x
-            for x, d in zip(args, dims)]
-  batched = site._replace(result_avals=tuple(
-      ((size, *shape), dtype) for shape, dtype in site.result_avals))
-  return call_p.bind(*args, site=batched, **params), [0] * nout
+  return _batching.batch_by_method(
+      args, dims, vmap_method=params["vmap_method"],
+      what=f"host_callback.call of {_name(site)!r}",
+      nout=len(site.result_avals),
+      bind_one=lambda full: call_p.bind(*full, site=site, **params),
+      bind_batched=bind_batched)
 
 
 call_p.def_impl(_call_impl)
@@ -252,8 +221,8 @@ def call(callback_func: Callable[..., Any], arg: Any, *,
   if not isinstance(callback_flavor, CallbackFlavor):
     raise TypeError("callback_flavor must be a CallbackFlavor, got "
                     f"{callback_flavor!r}")
-  if vmap_method is not None and vmap_method not in VMAP_METHODS:
-    raise ValueError(f"vmap_method must be None or one of {VMAP_METHODS}, "
+  if vmap_method is not None and vmap_method not in _batching.VMAP_METHODS:
+    raise ValueError(f"vmap_method must be None or one of {_batching.VMAP_METHODS}, "
                      f"got {vmap_method!r}")
   if callback_flavor is CallbackFlavor.DEBUG and result_shape is not None:
     raise NotImplementedError(

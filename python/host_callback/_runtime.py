@@ -57,6 +57,9 @@ class TapSite(NamedTuple):
   transforms: Transforms
   with_device: bool
 
+  def register(self) -> int:
+    return _hcb.register_tap(self, callable_name(self.func))
+
 
 class CallSite(NamedTuple):
   """What a compiled ``call`` refers to by id: the function, how to rebuild
@@ -71,6 +74,9 @@ class CallSite(NamedTuple):
   result_avals: tuple[tuple[tuple[int, ...], np.dtype], ...]
   with_device: bool
   narrow_x64: bool
+
+  def register(self) -> int:
+    return _hcb.register_call(self, callable_name(self.func))
 
 
 class _CallableKey:
@@ -115,9 +121,11 @@ def hashable_callable(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def callable_name(func: Callable[..., Any]) -> str:
-  """The name messages use for a callback."""
+  """The name messages use for a callback (the runtime keeps 63 bytes: a
+  longer name keeps its end)."""
   func = func.func if isinstance(func, _CallableKey) else func
-  return str(getattr(func, "__qualname__", None) or repr(func))
+  name = str(getattr(func, "__qualname__", None) or repr(func))
+  return name if len(name) <= 63 else "..." + name[-60:]
 
 
 def _dtype_table() -> tuple[Any, ...]:
@@ -167,18 +175,19 @@ class _State:
 _state = _State()
 
 
-def _on_callback_error(site: TapSite | CallSite, exc: BaseException) -> str:
+def _on_callback_error(site: Any, exc: BaseException) -> str:
   """Called from C (with the GIL) when a tap or call function raised or a
   call returned a wrong result: logs it, keeps it for barrier_wait and
   returns the formatted traceback (for the message of a failed call)."""
   formatted = "".join(
       traceback.format_exception(type(exc), exc, exc.__traceback__))
-  if isinstance(site, CallSite):
-    logger.error("error in call function %r (also raised by the computation "
-                 "and by barrier_wait):\n%s", site.func, formatted)
-  else:
+  if isinstance(site, TapSite):
     logger.error("exception in tap function %r (postponed to barrier_wait):"
                  "\n%s", site.func, formatted)
+  else:  # a call or a buffer callback
+    func = getattr(site, "func", None) or getattr(site, "callback", site)
+    logger.error("error in call function %r (also raised by the computation "
+                 "and by barrier_wait):\n%s", func, formatted)
   with _state.lock:
     _state.last_exception = (exc, formatted)
   return formatted
@@ -212,8 +221,9 @@ def ensure_started() -> None:
       _state.atexit_registered = True
 
 
-def site_id(site: TapSite | CallSite) -> int:
-  """The runtime id of a tap or call site, registering it on first use."""
+def site_id(site: Any) -> int:
+  """The runtime id of a tap, call or buffer-callback site (anything with a
+  ``register() -> id`` method), registering it on first use."""
   key = (type(site), site)
   found = _state.site_ids.get(key)
   if found is not None:
@@ -222,13 +232,7 @@ def site_id(site: TapSite | CallSite) -> int:
   with _state.lock:
     found = _state.site_ids.get(key)
     if found is None:
-      name = callable_name(site.func)
-      if len(name) > 63:  # the runtime keeps 63 bytes: keep the end
-        name = "..." + name[-60:]
-      if isinstance(site, CallSite):
-        found = _hcb.register_call(site, name)
-      else:
-        found = _hcb.register_tap(site, name)
+      found = site.register()
       _state.site_ids[key] = found
     return found
 

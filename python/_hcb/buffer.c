@@ -1,0 +1,587 @@
+/*
+ * buffer.c - host_callback.buffer_callback: a Python callback that works in
+ * place on XLA's buffers.
+ *
+ * hcb_py_buffer_call is the call target of every Python buffer_callback
+ * site; it runs on the XLA thread (hcb_runtime_call), like a call.  It wraps
+ * each operand in a read-only Buffer and each result in a writable one (no
+ * copy: a Buffer points at XLA's memory), unflattens them, calls
+ * callback(ctx, out, *args, **kwargs), and then invalidates every Buffer:
+ * XLA's memory is only valid during the call, so a Buffer kept longer
+ * raises instead of reading or writing freed memory.
+ *
+ * Buffer exposes the buffer protocol (numpy.asarray and memoryview are
+ * zero-copy for the types with a PEP 3118 code), __array__ (every type,
+ * bfloat16 included), __dlpack__/__dlpack_device__ (numpy.from_dlpack) and
+ * shape/dtype.
+ */
+#define NO_IMPORT_ARRAY
+#define PY_ARRAY_UNIQUE_SYMBOL hcb_ARRAY_API
+#define NPY_NO_DEPRECATED_API  NPY_2_0_API_VERSION
+#define NPY_TARGET_VERSION     NPY_2_0_API_VERSION
+#include "hcbpy.h"
+
+#include <numpy/arrayobject.h>
+#include <string.h>
+
+/* ---- Buffer ---------------------------------------------------------------
+ */
+
+typedef struct {
+    PyObject_HEAD void *data; /* NULL once invalidated */
+    PyArray_Descr *descr;     /* strong */
+    int ndim;
+    int readonly;
+    Py_ssize_t nbytes;
+    hcb_device device;
+    Py_ssize_t shape[HCB_MAX_RANK];
+    Py_ssize_t strides[HCB_MAX_RANK];
+} buffer_object;
+
+static int
+check_valid(buffer_object *b)
+{
+    if (b->data != NULL || b->nbytes == 0)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError,
+                    "this Buffer belongs to a buffer_callback that has "
+                    "returned: XLA's memory behind it is no longer valid. "
+                    "Copy the data (numpy.array(buf)) inside the callback "
+                    "to keep it.");
+    return -1;
+}
+
+static void
+buffer_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+
+    Py_XDECREF(((buffer_object *)self)->descr);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *
+buffer_shape(PyObject *self, void *closure)
+{
+    buffer_object *b = (buffer_object *)self;
+    PyObject *t = PyTuple_New(b->ndim);
+    int i;
+
+    (void)closure;
+    for (i = 0; t != NULL && i < b->ndim; i++) {
+        PyObject *d = PyLong_FromSsize_t(b->shape[i]);
+
+        if (d == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, d);
+    }
+    return t;
+}
+
+static PyObject *
+buffer_dtype(PyObject *self, void *closure)
+{
+    (void)closure;
+    Py_INCREF(((buffer_object *)self)->descr);
+    return (PyObject *)((buffer_object *)self)->descr;
+}
+
+static PyObject *
+buffer_cuda_interface(PyObject *self, void *closure)
+{
+    (void)self;
+    (void)closure;
+    PyErr_SetString(PyExc_AttributeError,
+                    "__cuda_array_interface__: this Buffer is in host (CPU) "
+                    "memory; use numpy.asarray or __dlpack__");
+    return NULL;
+}
+
+/* __array__(dtype=None, copy=None): a numpy view (no copy) of the buffer. */
+static PyObject *
+buffer_array(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char k_dtype[] = "dtype", k_copy[] = "copy";
+    static char *kwlist[] = {k_dtype, k_copy, NULL};
+    buffer_object *b = (buffer_object *)self;
+    PyObject *dtype = Py_None, *copy = Py_None, *arr, *cast;
+    npy_intp dims[HCB_MAX_RANK];
+    int i, flags;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:__array__", kwlist,
+                                     &dtype, &copy))
+        return NULL;
+    if (check_valid(b) < 0)
+        return NULL;
+    for (i = 0; i < b->ndim; i++)
+        dims[i] = (npy_intp)b->shape[i];
+    flags = NPY_ARRAY_CARRAY_RO | (b->readonly ? 0 : NPY_ARRAY_WRITEABLE);
+    Py_INCREF(b->descr);
+    arr = PyArray_NewFromDescr(&PyArray_Type, b->descr, b->ndim, dims, NULL,
+                               b->data, flags, NULL);
+    if (arr == NULL)
+        return NULL;
+    Py_INCREF(self);
+    if (PyArray_SetBaseObject((PyArrayObject *)arr, self) < 0) {
+        Py_DECREF(arr);
+        return NULL;
+    }
+    if (dtype != Py_None || (copy != Py_None && PyObject_IsTrue(copy) == 1)) {
+        PyArray_Descr *want = NULL;
+
+        if (dtype != Py_None && !PyArray_DescrConverter(dtype, &want)) {
+            Py_DECREF(arr);
+            return NULL;
+        }
+        cast = PyArray_FromAny(arr, want, 0, 0,
+                               NPY_ARRAY_ENSURECOPY | NPY_ARRAY_DEFAULT, NULL);
+        Py_DECREF(arr);
+        return cast;
+    }
+    return arr;
+}
+
+/* The PEP 3118 format of a numpy type, or NULL (bfloat16, float8, ...). */
+static const char *
+pep3118_format(const PyArray_Descr *d)
+{
+    switch (d->type_num) {
+    case NPY_BOOL:
+        return "?";
+    case NPY_INT8:
+        return "b";
+    case NPY_UINT8:
+        return "B";
+    case NPY_INT16:
+        return "h";
+    case NPY_UINT16:
+        return "H";
+    case NPY_INT32:
+        return "i";
+    case NPY_UINT32:
+        return "I";
+    case NPY_LONG:
+    case NPY_LONGLONG:
+        return "q";
+    case NPY_ULONG:
+    case NPY_ULONGLONG:
+        return "Q";
+    case NPY_FLOAT16:
+        return "e";
+    case NPY_FLOAT32:
+        return "f";
+    case NPY_FLOAT64:
+        return "d";
+    case NPY_COMPLEX64:
+        return "Zf";
+    case NPY_COMPLEX128:
+        return "Zd";
+    default:
+        return NULL;
+    }
+}
+
+static int
+buffer_getbuffer(PyObject *self, Py_buffer *view, int flags)
+{
+    buffer_object *b = (buffer_object *)self;
+    const char *format = pep3118_format(b->descr);
+
+    if (check_valid(b) < 0)
+        return -1;
+    if (format == NULL) {
+        PyObject *name = PyObject_Str((PyObject *)b->descr);
+
+        PyErr_Format(PyExc_BufferError,
+                     "%s has no buffer-protocol format; use numpy.asarray "
+                     "(through __array__) or __dlpack__",
+                     name != NULL ? PyUnicode_AsUTF8(name) : "this type");
+        Py_XDECREF(name);
+        return -1;
+    }
+    if ((flags & PyBUF_WRITABLE) && b->readonly) {
+        PyErr_SetString(PyExc_BufferError,
+                        "this Buffer is an input of the buffer_callback: "
+                        "read-only");
+        return -1;
+    }
+    view->obj = self;
+    Py_INCREF(self);
+    view->buf = b->data;
+    view->len = b->nbytes;
+    view->readonly = b->readonly;
+    view->itemsize = (Py_ssize_t)PyDataType_ELSIZE(b->descr);
+    view->format = (flags & PyBUF_FORMAT) ? (char *)format : NULL;
+    view->ndim = b->ndim;
+    view->shape = (flags & PyBUF_ND) ? b->shape : NULL;
+    view->strides = (flags & PyBUF_STRIDES) ? b->strides : NULL;
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    return 0;
+}
+
+/* ---- DLPack (the stable ABI, defined here) ------------------------------- */
+
+typedef struct {
+    int32_t device_type; /* kDLCPU = 1 */
+    int32_t device_id;
+} dl_device;
+
+typedef struct {
+    uint8_t code; /* 0 int, 1 uint, 2 float, 4 bfloat, 5 complex, 6 bool */
+    uint8_t bits;
+    uint16_t lanes;
+} dl_data_type;
+
+typedef struct {
+    void *data;
+    dl_device device;
+    int32_t ndim;
+    dl_data_type dtype;
+    int64_t *shape;
+    int64_t *strides;
+    uint64_t byte_offset;
+} dl_tensor;
+
+typedef struct dl_managed_tensor {
+    dl_tensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct dl_managed_tensor *self);
+} dl_managed_tensor;
+
+/* What a capsule owns: the tensor, its shape, and the Buffer it views. */
+typedef struct {
+    dl_managed_tensor managed;
+    int64_t shape[HCB_MAX_RANK];
+    PyObject *owner;
+} dl_holder;
+
+static void
+dl_deleter(dl_managed_tensor *m)
+{
+    dl_holder *h = (dl_holder *)m;
+    PyGILState_STATE gil = PyGILState_Ensure();
+
+    Py_XDECREF(h->owner);
+    PyGILState_Release(gil);
+    PyMem_RawFree(h);
+}
+
+static void
+dl_capsule_destructor(PyObject *capsule)
+{
+    dl_managed_tensor *m;
+
+    /* A consumer renames a used capsule "used_dltensor" and owns it. */
+    if (!PyCapsule_IsValid(capsule, "dltensor"))
+        return;
+    m = PyCapsule_GetPointer(capsule, "dltensor");
+    if (m != NULL && m->deleter != NULL)
+        m->deleter(m);
+}
+
+static int
+dl_type_of(const PyArray_Descr *d, dl_data_type *out)
+{
+    char kind = d->kind;
+
+    out->bits = (uint8_t)(PyDataType_ELSIZE(d) * 8);
+    out->lanes = 1;
+    if (d->type_num == NPY_BOOL)
+        out->code = 6;
+    else if (kind == 'i')
+        out->code = 0;
+    else if (kind == 'u')
+        out->code = 1;
+    else if (kind == 'f')
+        out->code = 2;
+    else if (kind == 'c')
+        out->code = 5;
+    else if (strcmp(d->typeobj->tp_name, "bfloat16") == 0)
+        out->code = 4;
+    else
+        return -1;
+    return 0;
+}
+
+/* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) */
+static PyObject *
+buffer_dlpack(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char k_stream[] = "stream", k_max[] = "max_version",
+                k_dev[] = "dl_device", k_copy[] = "copy";
+    static char *kwlist[] = {k_stream, k_max, k_dev, k_copy, NULL};
+    buffer_object *b = (buffer_object *)self;
+    PyObject *stream = Py_None, *max_version = Py_None, *dev = Py_None;
+    PyObject *copy = Py_None, *capsule;
+    dl_holder *h;
+    int i;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOO:__dlpack__", kwlist,
+                                     &stream, &max_version, &dev, &copy))
+        return NULL;
+    if (check_valid(b) < 0)
+        return NULL;
+    if (copy != Py_None && PyObject_IsTrue(copy) == 1) {
+        PyErr_SetString(PyExc_BufferError,
+                        "__dlpack__(copy=True): a Buffer only exports its "
+                        "own memory");
+        return NULL;
+    }
+    h = PyMem_RawCalloc(1, sizeof *h);
+    if (h == NULL)
+        return PyErr_NoMemory();
+    if (dl_type_of(b->descr, &h->managed.dl_tensor.dtype) < 0) {
+        PyMem_RawFree(h);
+        PyErr_SetString(PyExc_BufferError,
+                        "__dlpack__: this dtype has no DLPack type code");
+        return NULL;
+    }
+    for (i = 0; i < b->ndim; i++)
+        h->shape[i] = (int64_t)b->shape[i];
+    h->managed.dl_tensor.data = b->data;
+    h->managed.dl_tensor.device.device_type = 1; /* kDLCPU */
+    h->managed.dl_tensor.device.device_id = 0;
+    h->managed.dl_tensor.ndim = b->ndim;
+    h->managed.dl_tensor.shape = h->shape;
+    h->managed.dl_tensor.strides = NULL; /* row-major */
+    h->managed.manager_ctx = h;
+    h->managed.deleter = dl_deleter;
+    Py_INCREF(self);
+    h->owner = self;
+    capsule = PyCapsule_New(&h->managed, "dltensor", dl_capsule_destructor);
+    if (capsule == NULL)
+        dl_deleter(&h->managed);
+    return capsule;
+}
+
+static PyObject *
+buffer_dlpack_device(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return Py_BuildValue("(ii)", 1, 0); /* (kDLCPU, 0) */
+}
+
+static PyObject *
+buffer_repr(PyObject *self)
+{
+    buffer_object *b = (buffer_object *)self;
+    PyObject *shape = buffer_shape(self, NULL), *r;
+
+    if (shape == NULL)
+        return NULL;
+    r = PyUnicode_FromFormat(
+        "Buffer(shape=%R, dtype=%S%s%s)", shape, (PyObject *)b->descr,
+        b->readonly ? ", read-only" : "",
+        b->data == NULL && b->nbytes > 0 ? ", released" : "");
+    Py_DECREF(shape);
+    return r;
+}
+
+static PyGetSetDef buffer_getset[] = {
+    {"shape", buffer_shape, NULL, "The shape, a tuple of ints.", NULL},
+    {"dtype", buffer_dtype, NULL, "The numpy dtype.", NULL},
+    {"__cuda_array_interface__", buffer_cuda_interface, NULL,
+     "Only for GPU buffers.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef buffer_methods[] = {
+    {"__array__", (PyCFunction)(void (*)(void))buffer_array,
+     METH_VARARGS | METH_KEYWORDS, "A numpy view of the buffer (no copy)."},
+    {"__dlpack__", (PyCFunction)(void (*)(void))buffer_dlpack,
+     METH_VARARGS | METH_KEYWORDS, "A DLPack capsule viewing the buffer."},
+    {"__dlpack_device__", buffer_dlpack_device, METH_NOARGS,
+     "(device type, device id) of the buffer: (kDLCPU, 0)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot buffer_slots[] = {
+    {Py_tp_dealloc, (void *)buffer_dealloc},
+    {Py_tp_repr, (void *)buffer_repr},
+    {Py_tp_getset, (void *)buffer_getset},
+    {Py_tp_methods, (void *)buffer_methods},
+    {Py_bf_getbuffer, (void *)buffer_getbuffer},
+    {Py_tp_doc,
+     (void *)"One XLA buffer seen by a buffer_callback: valid only while the "
+             "callback runs."},
+    {0, NULL},
+};
+
+static PyType_Spec buffer_spec = {
+    .name = "host_callback.Buffer",
+    .basicsize = sizeof(buffer_object),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = buffer_slots,
+};
+
+PyType_Spec *
+hcb_py_buffer_spec(void)
+{
+    return &buffer_spec;
+}
+
+static PyObject *
+buffer_new(hcb_state *st, const hcb_array *a, hcb_device device, int readonly)
+{
+    PyObject *descr = (unsigned)a->dtype < HCB_PY_NDTYPES
+                          ? PyTuple_GET_ITEM(st->dtypes, a->dtype)
+                          : Py_None;
+    buffer_object *b;
+    Py_ssize_t stride;
+    int i;
+
+    if (descr == Py_None) {
+        PyErr_Format(PyExc_TypeError, "no numpy dtype for %s (XLA type %d)",
+                     hcb_dtype_name(a->dtype), (int)a->dtype);
+        return NULL;
+    }
+    b = PyObject_New(buffer_object, st->buffer_type);
+    if (b == NULL)
+        return NULL;
+    Py_INCREF(descr);
+    b->descr = (PyArray_Descr *)descr;
+    b->data = a->data;
+    b->ndim = a->rank;
+    b->readonly = readonly;
+    b->nbytes = (Py_ssize_t)a->nbytes;
+    b->device = device;
+    stride = (Py_ssize_t)hcb_dtype_size(a->dtype);
+    for (i = a->rank - 1; i >= 0; i--) {
+        b->shape[i] = (Py_ssize_t)a->dims[i];
+        b->strides[i] = stride;
+        stride *= b->shape[i];
+    }
+    return (PyObject *)b;
+}
+
+/* ---- the call --------------------------------------------------------------
+ */
+
+/* Wraps `n` arrays in Buffers, appended to `list`. */
+static int
+append_buffers(hcb_state *st, PyObject *list, const hcb_array *arrays, size_t n,
+               hcb_device device, int readonly)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        PyObject *b = buffer_new(st, &arrays[i], device, readonly);
+
+        if (b == NULL || PyList_Append(list, b) < 0) {
+            Py_XDECREF(b);
+            return -1;
+        }
+        Py_DECREF(b);
+    }
+    return 0;
+}
+
+static PyObject *
+call_callback(hcb_py_buffer_target *t, hcb_device device, PyObject *buffers,
+              size_t nargs)
+{
+    hcb_state *st = t->base.state;
+    PyObject *ins = NULL, *outs = NULL, *in_value = NULL, *out_value = NULL;
+    PyObject *dev = NULL, *ctx = NULL, *call_args = NULL, *result = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(buffers), i, npos;
+
+    ins = PyList_GetSlice(buffers, 0, (Py_ssize_t)nargs);
+    outs = PyList_GetSlice(buffers, (Py_ssize_t)nargs, n);
+    if (ins == NULL || outs == NULL)
+        goto done;
+    /* The operands are the leaves of (args, kwargs). */
+    in_value = PyObject_CallMethodOneArg(t->in_treedef, st->str_unflatten, ins);
+    out_value =
+        PyObject_CallMethodOneArg(t->out_treedef, st->str_unflatten, outs);
+    if (in_value == NULL || out_value == NULL)
+        goto done;
+    if (!PyTuple_Check(in_value) || PyTuple_GET_SIZE(in_value) != 2 ||
+        !PyTuple_Check(PyTuple_GET_ITEM(in_value, 0)) ||
+        !PyDict_Check(PyTuple_GET_ITEM(in_value, 1))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "buffer_callback: the operands do not unflatten to "
+                        "(args, kwargs)");
+        goto done;
+    }
+    dev = hcb_py_device_of(st, device);
+    ctx = dev != NULL ? PyObject_CallOneArg(t->context_type, dev) : NULL;
+    if (ctx == NULL)
+        goto done;
+    npos = PyTuple_GET_SIZE(PyTuple_GET_ITEM(in_value, 0));
+    call_args = PyTuple_New(npos + 2);
+    if (call_args == NULL)
+        goto done;
+    Py_INCREF(ctx);
+    PyTuple_SET_ITEM(call_args, 0, ctx);
+    Py_INCREF(out_value);
+    PyTuple_SET_ITEM(call_args, 1, out_value);
+    for (i = 0; i < npos; i++) {
+        PyObject *a = PyTuple_GET_ITEM(PyTuple_GET_ITEM(in_value, 0), i);
+
+        Py_INCREF(a);
+        PyTuple_SET_ITEM(call_args, i + 2, a);
+    }
+    result =
+        PyObject_Call(t->callback, call_args, PyTuple_GET_ITEM(in_value, 1));
+done:
+    Py_XDECREF(ins);
+    Py_XDECREF(outs);
+    Py_XDECREF(in_value);
+    Py_XDECREF(out_value);
+    Py_XDECREF(dev);
+    Py_XDECREF(ctx);
+    Py_XDECREF(call_args);
+    return result;
+}
+
+int
+hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
+                   size_t nargs, const hcb_array *results, size_t nresults,
+                   hcb_error *err)
+{
+    hcb_py_buffer_target *t = user;
+    PyGILState_STATE gil;
+    PyObject *buffers, *result = NULL;
+    char what[128];
+    int rc = HCB_OK;
+    Py_ssize_t i;
+
+    snprintf(what, sizeof what, "host_callback.buffer_callback: callback '%s'",
+             t->base.name);
+    if (hcb_py_gil_ensure(t->base.state, &gil) < 0)
+        return hcb_error_set(err, HCB_ESTATE,
+                             "%s not called: the Python interpreter is "
+                             "shutting down",
+                             what);
+    buffers = PyList_New(0);
+    if (buffers != NULL &&
+        append_buffers(t->base.state, buffers, args, nargs, device, 1) == 0 &&
+        append_buffers(t->base.state, buffers, results, nresults, device, 0) ==
+            0)
+        result = call_callback(t, device, buffers, nargs);
+    /* XLA's memory is valid only until we return. */
+    for (i = 0; buffers != NULL && i < PyList_GET_SIZE(buffers); i++)
+        ((buffer_object *)PyList_GET_ITEM(buffers, i))->data = NULL;
+    Py_XDECREF(buffers);
+    if (result == NULL) {
+        rc = hcb_py_raised(&t->base, what, err);
+    } else if (result != Py_None) {
+        PyObject *exc;
+
+        hcb_error_set(err, HCB_EINVAL,
+                      "%s returned a value: buffer_callback callback must "
+                      "not return any values.",
+                      what);
+        exc = PyObject_CallFunction(PyExc_ValueError, "s", err->message);
+        Py_XDECREF(hcb_py_hand_to_hook(&t->base, exc));
+        rc = HCB_EINVAL;
+    }
+    Py_XDECREF(result);
+    hcb_py_gil_release(gil);
+    return rc;
+}

@@ -1,0 +1,273 @@
+"""``buffer_callback``: host callbacks that work in place on XLA's buffers.
+
+Lowers to the same ``hcb_call`` custom call as ``call`` (src/ffi_call.c),
+with the result buffers aliased to operands where ``input_output_aliases``
+says so.  The C target (python/_hcb/buffer.c) hands the callback
+:class:`Buffer` objects that point at XLA's memory -- no copy in either
+direction -- and invalidates them when the callback returns.  A
+:class:`NativeCallback` is a C function instead: it runs with no Python at
+all.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import numpy as np
+from jax._src import core as jax_core
+from jax._src import dispatch
+from jax.extend.core import Primitive
+from jax.interpreters import ad
+from jax.interpreters import batching
+from jax.interpreters import mlir
+
+from host_callback import _batching
+from host_callback import _containers
+from host_callback import _hcb
+from host_callback import _lowering
+from host_callback import _runtime
+from host_callback._types import CallbackFlavor
+
+Buffer = _hcb.Buffer
+
+
+class ExecutionStage(enum.IntEnum):
+  """The stage of XLA's FFI at which a callback runs."""
+
+  INSTANTIATE = 0
+  PREPARE = 1
+  INITIALIZE = 2
+  EXECUTE = 3
+
+
+class ExecutionContext:
+  """What a buffer callback knows about the call: the ``device`` running it
+  and the ``stage`` (always ``EXECUTE`` here)."""
+
+  __slots__ = ("device", "stage")
+
+  def __init__(self, device: jax.Device,
+               stage: ExecutionStage = ExecutionStage.EXECUTE):
+    self.device = device
+    self.stage = stage
+
+  @property
+  def stream(self) -> int:
+    """The device stream; CPU computations have none."""
+    raise RuntimeError(
+        f"ExecutionContext.stream: {self.device} is a CPU device, which has "
+        "no stream (streams exist only for GPU buffer callbacks)")
+
+  def __repr__(self) -> str:
+    return f"ExecutionContext(device={self.device}, stage={self.stage.name})"
+
+
+class NativeCallback:
+  """A C function as a buffer callback: no Python and no GIL when it runs.
+
+  The function has the signature of ``hcb_call_fn`` (include/hcb/hcb.h)::
+
+      int fn(void *user, hcb_device device, const hcb_array *args,
+             size_t nargs, const hcb_array *results, size_t nresults,
+             hcb_error *err);
+
+  and writes each ``results[i].data`` in place.
+
+  Args:
+    fn: the function: a ctypes function pointer (e.g. ``lib.my_fn``) or its
+      address as an int.  It must stay loaded for the rest of the process.
+    user: the ``user`` pointer it receives (an int address, or None).
+    name: its name in error messages.
+  """
+
+  def __init__(self, fn: Any, user: int | None = None,
+               name: str | None = None):
+    if isinstance(fn, int):
+      address = fn
+    else:
+      address = ctypes.cast(fn, ctypes.c_void_p).value or 0
+    if not address:
+      raise ValueError(f"NativeCallback: {fn!r} is not a C function pointer")
+    self.fn = fn  # keeps a ctypes library object alive
+    self.address = address
+    self.user = int(user or 0)
+    self.name = name or getattr(fn, "__name__", None) or hex(address)
+
+  def __hash__(self) -> int:
+    return hash((self.address, self.user))
+
+  def __eq__(self, other: object) -> bool:
+    return (isinstance(other, NativeCallback) and
+            (other.address, other.user) == (self.address, self.user))
+
+  def __repr__(self) -> str:
+    return f"NativeCallback({self.name})"
+
+  def register(self) -> int:
+    return _hcb.register_native_call(self.address, self.user, self.name)
+
+
+class BufferSite(NamedTuple):
+  """What a compiled Python buffer callback refers to by id.  The C target
+  reads the fields by position (python/_hcb/module.c)."""
+
+  callback: Callable[..., Any]
+  in_treedef: Any
+  out_treedef: Any
+  context_type: type
+
+  def register(self) -> int:
+    return _hcb.register_buffer_callback(
+        self, _runtime.callable_name(self.callback))
+
+
+buffer_callback_p = Primitive("hcb_buffer_callback")
+buffer_callback_p.multiple_results = True
+
+
+def _impl(*args: Any, **params: Any) -> Any:
+  return dispatch.apply_primitive(buffer_callback_p, *args, **params)
+
+
+def _abstract_eval(*avals: Any, result_avals: tuple[Any, ...],
+                   **params: Any) -> tuple[Any, ...]:
+  del avals, params
+  return result_avals
+
+
+def _lowering_rule(ctx: mlir.LoweringRuleContext, *args: Any,
+                   site: BufferSite | NativeCallback, flavor: CallbackFlavor,
+                   input_output_aliases: tuple[tuple[int, int], ...],
+                   **params: Any) -> Any:
+  del params  # command_buffer_compatible: no command buffers on CPU
+  return _lowering.lower(
+      ctx, "hcb_call", args, what="buffer_callback",
+      has_side_effect=flavor is not CallbackFlavor.PURE,
+      operand_output_aliases=dict(input_output_aliases),
+      callback_id=np.uint64(_runtime.site_id(site)))
+
+
+def _jvp(*args: Any, **params: Any) -> Any:
+  del args, params
+  raise ValueError(
+      "Buffer callbacks do not support JVP. Please use `jax.custom_jvp` to "
+      "use callbacks while taking gradients.")
+
+
+def _transpose(*args: Any, **params: Any) -> Any:
+  del args, params
+  raise ValueError(
+      "Buffer callbacks do not support transpose. Please use "
+      "`jax.custom_vjp` to use callbacks while taking gradients.")
+
+
+def _batching_rule(args: Sequence[Any], dims: Sequence[Any], *,
+                   result_avals: tuple[Any, ...], **params: Any
+                   ) -> tuple[list[Any], list[int]]:
+  def bind_batched(batched_args: list[Any], size: int) -> Sequence[Any]:
+    batched = tuple(a.update(shape=(size, *a.shape)) for a in result_avals)
+    return buffer_callback_p.bind(*batched_args, result_avals=batched,
+                                  **params)
+
+  aliased = frozenset(i for i, _ in params["input_output_aliases"])
+  return _batching.batch_by_method(
+      args, dims, vmap_method=params["vmap_method"],
+      what=f"buffer_callback of {params['site']!r}", nout=len(result_avals),
+      bind_one=lambda full: buffer_callback_p.bind(
+          *full, result_avals=result_avals, **params),
+      bind_batched=bind_batched, always_broadcast=aliased)
+
+
+buffer_callback_p.def_impl(_impl)
+buffer_callback_p.def_abstract_eval(_abstract_eval)
+mlir.register_lowering(buffer_callback_p, _lowering_rule, platform="cpu")
+ad.primitive_jvps[buffer_callback_p] = _jvp
+ad.primitive_transposes[buffer_callback_p] = _transpose
+batching.primitive_batchers[buffer_callback_p] = _batching_rule
+_containers.keep_when_unused(buffer_callback_p)
+
+
+def _static_aliases(input_output_aliases: dict[int, int] | None,
+                    args: tuple[Any, ...], in_avals: list[Any],
+                    result_avals: tuple[Any, ...]
+                    ) -> tuple[tuple[int, int], ...]:
+  aliases: list[tuple[int, int]] = []
+  for i, o in sorted((input_output_aliases or {}).items()):
+    i, o = int(i), int(o)
+    mapping = f"input_output_aliases contains the mapping '{i}:{o}'"
+    if i >= len(args):
+      raise ValueError(f"{mapping} with input index {i} outside the range "
+                       f"[0, {len(args)}).")
+    if o >= len(result_avals):
+      raise ValueError(f"{mapping} with output index {o} outside the range "
+                       f"[0, {len(result_avals)}).")
+    in_aval, out_aval = in_avals[i], result_avals[o]
+    if (in_aval.shape, in_aval.dtype) != (out_aval.shape, out_aval.dtype):
+      raise ValueError(f"{mapping} referring to an input with abstract value "
+                       f"{in_aval} and an output with a different abstract "
+                       f"value {out_aval}.")
+    aliases.append((i, o))
+  return tuple(aliases)
+
+
+def buffer_callback(callback: Callable[..., None] | NativeCallback,
+                    result_shape_dtypes: Any, *,
+                    has_side_effect: bool = False,
+                    vmap_method: str | None = None,
+                    input_output_aliases: dict[int, int] | None = None,
+                    command_buffer_compatible: bool = False
+                    ) -> Callable[..., Any]:
+  """A callback that writes its results in place into XLA's buffers.
+
+  ``callback(ctx, out, *args, **kwargs)`` runs on the host while the
+  computation waits.  ``ctx`` is an :class:`ExecutionContext`; ``out`` has
+  the structure of ``result_shape_dtypes`` with a writable :class:`Buffer`
+  per leaf; ``args``/``kwargs`` are those of the call with a read-only
+  :class:`Buffer` per array.  A Buffer points at XLA's memory:
+  ``numpy.asarray(buf)`` is a view, not a copy, and a Buffer kept after the
+  callback returns raises on use.  The callback must return ``None``.
+
+  Args:
+    callback: the Python function, or a :class:`NativeCallback`.
+    result_shape_dtypes: a pytree of objects with ``shape`` and ``dtype``
+      (e.g. ``jax.ShapeDtypeStruct``): the results.
+    has_side_effect: keep the call even when its results are unused.
+    vmap_method: as for ``jax.pure_callback`` (``None``: vmap raises).
+    input_output_aliases: ``{input index: output index}`` of flattened
+      arguments and results that share a buffer.
+    command_buffer_compatible: accepted for compatibility; CPU has no
+      command buffers, so it changes nothing here.
+
+  Returns:
+    A function of arrays (pytrees) that returns the results as JAX arrays.
+  """
+  if not (callable(callback) or isinstance(callback, NativeCallback)):
+    raise TypeError(f"callback must be callable, got {callback!r}")
+  if vmap_method is not None and vmap_method not in _batching.VMAP_METHODS:
+    raise ValueError(f"vmap_method must be None or one of "
+                     f"{_batching.VMAP_METHODS}, got {vmap_method!r}")
+  flat_shapes, out_treedef = jax.tree_util.tree_flatten(result_shape_dtypes)
+  result_avals = tuple(jax_core.ShapedArray(x.shape, x.dtype)
+                       for x in flat_shapes)
+  flavor = (CallbackFlavor.IO_CALLBACK if has_side_effect
+            else CallbackFlavor.PURE)
+  func = (callback if isinstance(callback, NativeCallback)
+          else _runtime.hashable_callable(callback))
+
+  def wrapped(*args: Any, **kwargs: Any) -> Any:
+    flat_args, in_treedef = jax.tree_util.tree_flatten((args, kwargs))
+    in_avals = [jax_core.typeof(x) for x in flat_args]
+    aliases = _static_aliases(input_output_aliases, args, in_avals,
+                              result_avals)
+    site = (func if isinstance(func, NativeCallback)
+            else BufferSite(func, in_treedef, out_treedef, ExecutionContext))
+    outs = buffer_callback_p.bind(
+        *flat_args, site=site, result_avals=result_avals, flavor=flavor,
+        input_output_aliases=aliases, vmap_method=vmap_method,
+        command_buffer_compatible=bool(command_buffer_compatible))
+    return out_treedef.unflatten(outs)
+
+  return wrapped

@@ -1,0 +1,292 @@
+"""buffer_callback against real JAX: in-place results, Buffer (buffer
+protocol, __array__, DLPack), zero copy, use after the callback,
+ExecutionContext, the seed's validation errors, autodiff errors, vmap,
+side effects, and native C callbacks compiled here."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import ctypes
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import host_callback as hcb
+
+from conftest import run_python
+
+F32_3 = jax.ShapeDtypeStruct((3,), np.float32)
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_seed_add_one_example_eager_and_jit():
+  def py_add_one_inplace(ctx, out, x):
+    np.asarray(out)[...] = np.asarray(x) + 1
+
+  x = jnp.array(41, dtype=jnp.int32)
+  add_one = hcb.buffer_callback(py_add_one_inplace,
+                                jax.ShapeDtypeStruct(x.shape, x.dtype))
+  assert int(add_one(x)) == 42
+  assert int(jax.jit(add_one)(x)) == 42
+
+
+def test_pytrees_and_keyword_arguments():
+  def cb(ctx, out, pair, *, scale):
+    a, b = pair
+    np.asarray(out["sum"])[...] = (np.asarray(a) + np.asarray(b)) * np.asarray(scale)
+    np.asarray(out["n"])[...] = a.shape[0]
+
+  shapes = {"sum": F32_3, "n": jax.ShapeDtypeStruct((), np.int32)}
+  f = jax.jit(hcb.buffer_callback(cb, shapes))
+  out = f((jnp.ones(3), jnp.arange(3.)), scale=jnp.float32(2))
+  np.testing.assert_array_equal(out["sum"], [2., 4., 6.])
+  assert int(out["n"]) == 3
+
+
+def test_buffer_objects():
+  seen = {}
+
+  def cb(ctx, out, x, h):
+    seen["types"] = (type(out), type(x))
+    seen["meta"] = (out.shape, out.dtype, x.shape, x.dtype)
+    view = memoryview(x)
+    seen["memoryview"] = (view.format, view.shape, view.readonly)
+    with pytest.raises(ValueError):  # inputs are read-only
+      np.asarray(x)[...] = 0
+    seen["dlpack_device"] = out.__dlpack_device__()
+    with pytest.raises(AttributeError, match="host"):
+      out.__cuda_array_interface__
+    seen["half"] = np.asarray(h).tolist()  # bfloat16 through __array__
+    np.asarray(out)[...] = np.from_dlpack(x) * 2
+
+  f = jax.jit(hcb.buffer_callback(cb, jax.ShapeDtypeStruct((2, 3), np.float32)))
+  x = jnp.arange(6, dtype=jnp.float32).reshape(2, 3)
+  out = f(x, jnp.array([1.5, -2], jnp.bfloat16))
+  np.testing.assert_array_equal(out, np.asarray(x) * 2)
+  assert seen["types"] == (hcb.Buffer, hcb.Buffer)
+  assert seen["meta"] == ((2, 3), np.float32, (2, 3), np.float32)
+  assert seen["memoryview"] == ("f", (2, 3), True)
+  assert seen["dlpack_device"] == (1, 0)
+  assert seen["half"] == [1.5, -2.0]
+
+
+def test_zero_copy_views_and_in_place_aliasing():
+  addresses = {}
+
+  def cb(ctx, out, x):
+    o, i = np.asarray(out), np.asarray(x)
+    addresses["out"] = o.ctypes.data
+    addresses["out_dlpack"] = np.from_dlpack(out).ctypes.data
+    addresses["out_again"] = np.asarray(out).ctypes.data
+    addresses["in"] = i.ctypes.data
+    o *= 10  # in place: the aliased input's memory is the output's
+
+  f = jax.jit(hcb.buffer_callback(cb, F32_3, input_output_aliases={0: 0}),
+              donate_argnums=0)
+  out = f(jnp.arange(3, dtype=jnp.float32))
+  np.testing.assert_array_equal(out, [0., 10., 20.])
+  assert addresses["out"] == addresses["out_dlpack"] == addresses["out_again"]
+  assert addresses["out"] == addresses["in"]  # one buffer, no copy
+
+
+def test_a_256MB_output_costs_no_copy():
+  proc = run_python("""
+      import resource, jax, jax.numpy as jnp, numpy as np
+      import host_callback as hcb
+      n = 64 * 1024 * 1024  # float32: 256 MB
+      def fill(ctx, out):
+        np.asarray(out).fill(1.0)
+      f = jax.jit(hcb.buffer_callback(fill, jax.ShapeDtypeStruct((n,), np.float32)))
+      f.lower().compile()
+      before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+      out = f()
+      out.block_until_ready()
+      after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+      assert float(out[-1]) == 1.0
+      print((after - before) // 1024)  # MB
+  """)
+  assert proc.returncode == 0, proc.stderr
+  grown_mb = int(proc.stdout.strip())
+  assert grown_mb < 400, grown_mb  # one 256 MB buffer, not two
+
+
+def test_a_buffer_kept_after_the_callback_raises_on_use():
+  kept = []
+
+  def cb(ctx, out, x):
+    kept.extend([out, x])
+    np.asarray(out)[...] = 1
+
+  jax.jit(hcb.buffer_callback(cb, F32_3))(jnp.ones(3))
+  out, x = kept
+  for use in (np.asarray, memoryview, lambda b: b.__dlpack__(),
+              np.from_dlpack):
+    with pytest.raises(RuntimeError, match="buffer_callback that has returned"):
+      use(out)
+  assert out.shape == (3,) and "released" in repr(x)
+
+
+def test_execution_context():
+  seen = []
+
+  def cb(ctx, out, x):
+    seen.append((ctx.stage, ctx.device))
+    with pytest.raises(RuntimeError, match="no stream"):
+      ctx.stream
+    np.asarray(out)[...] = np.asarray(x)
+
+  f = jax.jit(hcb.buffer_callback(cb, F32_3))
+  f(jax.device_put(jnp.ones(3), jax.devices()[2]))
+  assert seen == [(hcb.ExecutionStage.EXECUTE, jax.devices()[2])]
+
+
+@pytest.mark.parametrize("aliases, message", [
+    ({2: 0}, "input_output_aliases contains the mapping '2:0' with input "
+             "index 2 outside the range [0, 1)."),
+    ({0: 1}, "input_output_aliases contains the mapping '0:1' with output "
+             "index 1 outside the range [0, 1)."),
+    ({0: 0}, "input_output_aliases contains the mapping '0:0' referring to "
+             "an input with abstract value int32[3] and an output with a "
+             "different abstract value float32[3]."),
+])
+def test_seed_validation_errors(aliases, message):
+  f = hcb.buffer_callback(lambda ctx, out, x: None, F32_3,
+                          input_output_aliases=aliases)
+  with pytest.raises(ValueError) as info:
+    f(jnp.ones(3, jnp.int32))
+  assert str(info.value) == message
+
+
+def test_autodiff_raises_the_seed_errors():
+  f = hcb.buffer_callback(lambda ctx, out, x: None, F32_3)
+  with pytest.raises(ValueError, match="Buffer callbacks do not support JVP. "
+                                       "Please use `jax.custom_jvp`"):
+    jax.grad(lambda x: f(x).sum())(jnp.ones(3))
+  with pytest.raises(ValueError, match="Buffer callbacks do not support "
+                                       "transpose. Please use `jax.custom_vjp`"):
+    jax.linear_transpose(f, jnp.ones(3))(jnp.ones(3))
+
+
+@pytest.mark.parametrize("method", [None, "sequential", "expand_dims",
+                                    "broadcast_all"])
+def test_vmap(method):
+  shapes = []
+
+  def cb(ctx, out, x, y):
+    shapes.append((x.shape, y.shape))
+    np.asarray(out)[...] = np.asarray(x) + np.asarray(y)
+
+  f = hcb.buffer_callback(cb, jax.ShapeDtypeStruct((2,), np.float32),
+                          vmap_method=method)
+  xs = jnp.arange(6, dtype=jnp.float32).reshape(3, 2)
+  y = jnp.ones(2)
+  g = jax.jit(jax.vmap(f, in_axes=(0, None)))
+  if method is None:
+    with pytest.raises(NotImplementedError, match="vmap_method"):
+      g(xs, y)
+    return
+  np.testing.assert_array_equal(g(xs, y), np.asarray(xs) + 1)
+  assert shapes == {"sequential": [((2,), (2,))] * 3,
+                    "expand_dims": [((3, 2), (1, 2))],
+                    "broadcast_all": [((3, 2), (3, 2))]}[method]
+
+
+def test_side_effects_keep_unused_calls():
+  calls = []
+
+  def cb(ctx, out, x):
+    calls.append(1)
+    np.asarray(out)[...] = 0
+
+  for effect in (False, True):
+    f = hcb.buffer_callback(cb, F32_3, has_side_effect=effect)
+    jax.jit(lambda x: (f(x), x + 1)[1])(jnp.ones(3))
+  assert calls == [1]  # only the call with a side effect ran
+
+
+def test_errors_fail_the_computation():
+  bad = hcb.buffer_callback(lambda ctx, out, x: 3, F32_3)
+  with pytest.raises(jax.errors.JaxRuntimeError,
+                     match="buffer_callback callback must not return any "
+                           "values"):
+    jax.jit(bad)(jnp.ones(3)).block_until_ready()
+
+  def raises(ctx, out, x):
+    raise KeyError("missing")
+
+  with pytest.raises(jax.errors.JaxRuntimeError,
+                     match="callback 'test_errors_fail_the_computation."
+                           "<locals>.raises' raised KeyError"):
+    jax.jit(hcb.buffer_callback(raises, F32_3))(jnp.ones(3)).block_until_ready()
+  with pytest.raises(hcb.CallbackException, match="missing"):
+    hcb.barrier_wait()
+
+
+# ---- native callbacks -------------------------------------------------------
+
+NATIVE_SOURCE = r"""
+#include <stdio.h>
+#include <string.h>
+#include "hcb/hcb.h"
+
+/* results[0] = args[0] * 2 + *(float *)user, float32 only. */
+int twice_plus(void *user, hcb_device device, const hcb_array *args,
+               size_t nargs, const hcb_array *results, size_t nresults,
+               hcb_error *err) {
+  const float *in;
+  float *out, add = user ? *(const float *)user : 0.0f;
+  size_t i, n;
+
+  (void)device;
+  if (nargs != 1 || nresults != 1 || args[0].dtype != HCB_F32 ||
+      results[0].nbytes != args[0].nbytes) {
+    err->code = HCB_EINVAL;
+    snprintf(err->message, sizeof err->message,
+             "twice_plus: expected one float32 array in and out");
+    return HCB_EINVAL;
+  }
+  in = args[0].data;
+  out = results[0].data;
+  n = args[0].nbytes / sizeof(float);
+  for (i = 0; i < n; i++)
+    out[i] = in[i] * 2.0f + add;
+  return HCB_OK;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def native_lib(tmp_path_factory):
+  d = tmp_path_factory.mktemp("native")
+  (d / "native.c").write_text(NATIVE_SOURCE)
+  subprocess.run(["cc", "-std=c11", "-shared", "-fPIC", "-O2",
+                  f"-I{REPO / 'include'}", "-o", str(d / "libnative.so"),
+                  str(d / "native.c")], check=True)
+  return ctypes.CDLL(str(d / "libnative.so"))
+
+
+def test_native_callback_writes_in_place(native_lib):
+  offset = ctypes.c_float(0.5)
+  native = hcb.NativeCallback(native_lib.twice_plus,
+                              user=ctypes.addressof(offset), name="twice_plus")
+  f = jax.jit(hcb.buffer_callback(native, F32_3))
+  np.testing.assert_array_equal(f(jnp.arange(3, dtype=jnp.float32)),
+                                [0.5, 2.5, 4.5])
+  step = lambda c, _: (hcb.buffer_callback(native, F32_3)(c), None)
+  out, _ = jax.jit(lambda c: jax.lax.scan(step, c, None, length=3))(jnp.ones(3))
+  np.testing.assert_array_equal(out, [11.5] * 3)  # ((1*2+.5)*2+.5)*2+.5
+
+
+def test_native_callback_errors(native_lib):
+  native = hcb.NativeCallback(native_lib.twice_plus, name="twice_plus")
+  f = jax.jit(hcb.buffer_callback(native, jax.ShapeDtypeStruct((3,), np.int32)))
+  with pytest.raises(jax.errors.JaxRuntimeError,
+                     match="twice_plus: expected one float32 array"):
+    f(jnp.ones(3, jnp.int32)).block_until_ready()
+  with pytest.raises(hcb.CallbackException, match="twice_plus"):
+    hcb.barrier_wait()
+  with pytest.raises(ValueError, match="not a C function pointer"):
+    hcb.NativeCallback(0)
