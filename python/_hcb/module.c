@@ -109,6 +109,24 @@ target_registered(hcb_py_target *t, int rc, uint64_t id, const hcb_error *err)
     return raise_hcb(err);
 }
 
+/* Registers `t` (whose first member is its hcb_py_target) as a call target
+ * run by `fn`; returns its id or (after freeing it) the error. */
+static PyObject *
+call_target_registered(hcb_py_target *t, hcb_call_fn fn)
+{
+    hcb_call_target target = HCB_CALL_TARGET_INIT;
+    uint64_t id = 0;
+    hcb_error err;
+    int rc;
+
+    target.fn = fn;
+    target.user = t;
+    target.name = t->name;
+    target.name_len = strlen(t->name);
+    rc = hcb_runtime_register_call(t->state->rt, &target, &id, &err);
+    return target_registered(t, rc, id, &err);
+}
+
 /* register_tap(site, name) -> int.  `site` is (func, treedef, transforms,
  * with_device); it is kept for the life of the process. */
 static PyObject *
@@ -161,15 +179,12 @@ int_attr(PyObject *obj, const char *name)
 static PyObject *
 hcb_register_call(PyObject *module, PyObject *args)
 {
-    hcb_call_target target = HCB_CALL_TARGET_INIT;
     hcb_py_call_target *t;
     PyObject *site;
     const char *name;
     Py_ssize_t name_len;
     long nodes, leaves;
-    int with_device, narrow, rc;
-    uint64_t id = 0;
-    hcb_error err;
+    int with_device, narrow;
 
     if (!PyArg_ParseTuple(args, "O!s#:register_call", &PyTuple_Type, &site,
                           &name, &name_len))
@@ -197,12 +212,7 @@ hcb_register_call(PyObject *module, PyObject *args)
     t->result_is_leaf = nodes == 1 && leaves == 1;
     t->with_device = with_device;
     t->narrow_x64 = narrow;
-    target.fn = hcb_py_call;
-    target.user = t;
-    target.name = t->base.name;
-    target.name_len = strlen(t->base.name);
-    rc = hcb_runtime_register_call(t->base.state->rt, &target, &id, &err);
-    return target_registered(&t->base, rc, id, &err);
+    return call_target_registered(&t->base, hcb_py_call);
 }
 
 /* register_buffer_callback(site, name) -> int.  `site` is (callback,
@@ -211,14 +221,10 @@ hcb_register_call(PyObject *module, PyObject *args)
 static PyObject *
 hcb_register_buffer_callback(PyObject *module, PyObject *args)
 {
-    hcb_call_target target = HCB_CALL_TARGET_INIT;
     hcb_py_buffer_target *t;
     PyObject *site;
     const char *name;
     Py_ssize_t name_len;
-    uint64_t id = 0;
-    hcb_error err;
-    int rc;
 
     if (!PyArg_ParseTuple(args, "O!s#:register_buffer_callback", &PyTuple_Type,
                           &site, &name, &name_len))
@@ -238,12 +244,7 @@ hcb_register_buffer_callback(PyObject *module, PyObject *args)
     t->in_treedef = PyTuple_GET_ITEM(site, 1);
     t->out_treedef = PyTuple_GET_ITEM(site, 2);
     t->context_type = PyTuple_GET_ITEM(site, 3);
-    target.fn = hcb_py_buffer_call;
-    target.user = t;
-    target.name = t->base.name;
-    target.name_len = strlen(t->base.name);
-    rc = hcb_runtime_register_call(t->base.state->rt, &target, &id, &err);
-    return target_registered(&t->base, rc, id, &err);
+    return call_target_registered(&t->base, hcb_py_buffer_call);
 }
 
 /* register_native_call(fn_address, user_address, name) -> int: a C
