@@ -87,6 +87,13 @@ struct hcb_runtime {
     hcb__mutex err_mu;
     uint64_t pending_errors; /* under err_mu */
     hcb_error last_error;    /* under err_mu */
+    /* Failures of calls under jit over sharded operands, to be raised by
+     * every device of the computation (see hcb__sharded_fail). */
+    struct {
+        uint64_t id;       /* 0: free */
+        int64_t remaining; /* devices that have not raised it yet */
+        hcb_error error;
+    } sharded[HCB__SHARDED_SLOTS]; /* under err_mu */
 };
 
 /* The channel whose consumer this thread is, or NULL. */
@@ -284,6 +291,46 @@ hcb_runtime_record_error(hcb_runtime *rt, hcb_device device,
     rt->pending_errors++;
     rt->last_error = *error;
     hcb__mutex_unlock(&rt->err_mu);
+}
+
+int
+hcb__sharded_fail(hcb_runtime *rt, uint64_t id, int64_t ndevices,
+                  const hcb_error *error)
+{
+    int i, rc = HCB_ESTATE;
+
+    hcb__mutex_lock(&rt->err_mu);
+    for (i = 0; i < HCB__SHARDED_SLOTS; i++) {
+        if (rt->sharded[i].id == 0 || rt->sharded[i].id == id) {
+            rt->sharded[i].id = id;
+            rt->sharded[i].remaining = ndevices;
+            rt->sharded[i].error = *error;
+            rc = HCB_OK;
+            break;
+        }
+    }
+    hcb__mutex_unlock(&rt->err_mu);
+    return rc;
+}
+
+bool
+hcb__sharded_take(hcb_runtime *rt, uint64_t id, hcb_error *error)
+{
+    bool found = false;
+    int i;
+
+    hcb__mutex_lock(&rt->err_mu);
+    for (i = 0; i < HCB__SHARDED_SLOTS; i++) {
+        if (rt->sharded[i].id == id) {
+            *error = rt->sharded[i].error;
+            if (--rt->sharded[i].remaining <= 0)
+                rt->sharded[i].id = 0;
+            found = true;
+            break;
+        }
+    }
+    hcb__mutex_unlock(&rt->err_mu);
+    return found;
 }
 
 uint64_t
@@ -548,6 +595,25 @@ hcb_runtime_call(hcb_runtime *rt, uint64_t id, hcb_device device,
                       "call function '%s' failed", t->name);
     hcb_runtime_record_error(rt, device, err);
     return err->code;
+}
+
+int
+hcb_runtime_call_shared(hcb_runtime *rt, uint64_t id, hcb_device device,
+                        const hcb_array *args, size_t nargs,
+                        const hcb_array *results, size_t nresults,
+                        int64_t ndevices, int *parked, hcb_error *err)
+{
+    hcb_error local;
+    int rc;
+
+    if (err == NULL)
+        err = &local;
+    *parked = 0;
+    rc = hcb_runtime_call(rt, id, device, args, nargs, results, nresults, err);
+    if (rc != HCB_OK && ndevices > 0 &&
+        hcb__sharded_fail(rt, id, ndevices, err) == HCB_OK)
+        *parked = 1;
+    return rc;
 }
 
 int

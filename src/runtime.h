@@ -11,6 +11,19 @@ XLA_FFI_Error *hcb__ffi_tap_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame);
 /* The body of hcb_ffi_call, likewise. */
 XLA_FFI_Error *hcb__ffi_call_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame);
 
+/* Calls under jit over sharded operands run on one device, and every
+ * device continues into the collectives that spread the result: a failure
+ * raised on that one device alone would leave the others waiting forever.
+ * Instead the failure is parked here and raised by every device, after the
+ * collective, by the "hcb_sharded_check" handler (ffi_device.c). */
+#define HCB__SHARDED_SLOTS 32
+/* Parks `error` for call `id` until `ndevices` devices have taken it;
+ * HCB_ESTATE when every slot is busy. */
+int hcb__sharded_fail(hcb_runtime *rt, uint64_t id, int64_t ndevices,
+                      const hcb_error *error);
+/* Takes (a copy of) the failure parked for `id`, if any. */
+bool hcb__sharded_take(hcb_runtime *rt, uint64_t id, hcb_error *error);
+
 /* Runs a handler body on the default runtime (the exported handlers). */
 static inline XLA_FFI_Error *
 hcb__ffi_on_default_runtime(XLA_FFI_CallFrame *frame, const char *handler,

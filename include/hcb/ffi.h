@@ -289,6 +289,15 @@ HCB_API XLA_FFI_Error *hcb_ffi_tap(XLA_FFI_CallFrame *frame);
  * A failing target fails the computation with its message. */
 HCB_API XLA_FFI_Error *hcb_ffi_call(XLA_FFI_CallFrame *frame);
 
+/* "hcb_device_ordinal": no operands, one s32[] result that receives the
+ * ordinal of the device running it (on CPU: jax.Device.id). */
+HCB_API XLA_FFI_Error *hcb_ffi_ordinal_handler(XLA_FFI_CallFrame *frame);
+
+/* "hcb_sharded_check": results alias operands; attribute callback_id (u64).
+ * Raises the failure a call under jit over sharded operands parked for
+ * every device (see src/runtime.h), else passes its operands through. */
+HCB_API XLA_FFI_Error *hcb_ffi_sharded_check(XLA_FFI_CallFrame *frame);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -323,6 +323,18 @@ HCB_API int hcb_runtime_call(hcb_runtime *rt, uint64_t id, hcb_device device,
                              const hcb_array *results, size_t nresults,
                              hcb_error *err);
 
+/* For a call that one device runs for `ndevices` devices that then share
+ * its results (JAX's jit over sharded operands): like hcb_runtime_call, and
+ * a failure is also parked for the "hcb_sharded_check" FFI handler (see
+ * ffi.h), which raises it on every one of the devices, so that none waits
+ * forever for the others.  Returns the call's error code; `*parked` tells
+ * whether the failure was parked (false: raise it now). */
+HCB_API int hcb_runtime_call_shared(hcb_runtime *rt, uint64_t id,
+                                    hcb_device device, const hcb_array *args,
+                                    size_t nargs, const hcb_array *results,
+                                    size_t nresults, int64_t ndevices,
+                                    int *parked, hcb_error *err);
+
 #define HCB_CALL_WAIT_WARN_NS ((uint64_t)5000000000u)
 
 /* Receives the runtime's warnings: conditions a person should see that are

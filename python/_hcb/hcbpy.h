@@ -107,6 +107,11 @@ int hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
                        hcb_error *err);
 PyType_Spec *hcb_py_buffer_spec(void);
 
+/* sharded.c: taps and calls entering the runtime from Python (jit over
+ * sharded operands); `args` as the module functions receive them. */
+PyObject *hcb_py_submit_tap(hcb_state *st, PyObject *args);
+PyObject *hcb_py_run_call(hcb_state *st, PyObject *args);
+
 /* call.c */
 int hcb_py_call(void *user, hcb_device device, const hcb_array *args,
                 size_t nargs, const hcb_array *results, size_t nresults,

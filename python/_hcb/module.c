@@ -277,6 +277,18 @@ hcb_register_native_call(PyObject *module, PyObject *args)
 }
 
 static PyObject *
+hcb_submit_tap(PyObject *module, PyObject *args)
+{
+    return hcb_py_submit_tap(state_of(module), args);
+}
+
+static PyObject *
+hcb_run_call(PyObject *module, PyObject *args)
+{
+    return hcb_py_run_call(state_of(module), args);
+}
+
+static PyObject *
 hcb_ffi_handlers(PyObject *module, PyObject *unused)
 {
     PyObject *d = PyDict_New(), *cap;
@@ -288,7 +300,10 @@ hcb_ffi_handlers(PyObject *module, PyObject *unused)
     static const struct {
         const char *name;
         XLA_FFI_Handler *fn;
-    } handlers[] = {{"hcb_tap", hcb_ffi_tap}, {"hcb_call", hcb_ffi_call}};
+    } handlers[] = {{"hcb_tap", hcb_ffi_tap},
+                    {"hcb_call", hcb_ffi_call},
+                    {"hcb_device_ordinal", hcb_ffi_ordinal_handler},
+                    {"hcb_sharded_check", hcb_ffi_sharded_check}};
     size_t i;
 
     for (i = 0; i < sizeof handlers / sizeof handlers[0]; i++) {
@@ -489,6 +504,10 @@ static PyMethodDef hcb_methods[] = {
      "callback."},
     {"register_native_call", hcb_register_native_call, METH_VARARGS,
      "register_native_call(fn, user, name) -> id: a C hcb_call_fn."},
+    {"submit_tap", hcb_submit_tap, METH_VARARGS,
+     "submit_tap(callback_id, device_key, arrays): queue a tap record."},
+    {"run_call", hcb_run_call, METH_VARARGS,
+     "run_call(callback_id, device_key, args, outs): run a call target."},
     {"ffi_handlers", hcb_ffi_handlers, METH_NOARGS,
      "ffi_handlers() -> {name: capsule} for jax.ffi.register_ffi_target."},
     {"barrier", (PyCFunction)(void (*)(void))hcb_barrier, METH_FASTCALL,

@@ -145,7 +145,7 @@ def _lowering_rule(ctx: mlir.LoweringRuleContext, *args: Any,
   del params  # command_buffer_compatible: no command buffers on CPU
   return _lowering.lower(
       ctx, "hcb_call", args, what="buffer_callback",
-      has_side_effect=flavor is not CallbackFlavor.PURE,
+      has_side_effect=flavor is not CallbackFlavor.PURE, device_index=0,
       operand_output_aliases=dict(input_output_aliases),
       callback_id=np.uint64(_runtime.site_id(site)))
 

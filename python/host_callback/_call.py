@@ -55,10 +55,11 @@ def _call_abstract_eval(*avals: Any, site: CallSite, device_index: int,
 def _call_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
                    site: CallSite, device_index: int, flavor: CallbackFlavor,
                    vmap_method: str | None) -> Any:
-  del device_index, vmap_method  # device_index: see _lowering
+  del vmap_method
   return _lowering.lower(
       ctx, "hcb_call", args, what="call",
       has_side_effect=flavor is not CallbackFlavor.PURE,
+      device_index=device_index,
       callback_id=np.uint64(_runtime.site_id(site)))
 
 

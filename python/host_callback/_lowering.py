@@ -5,45 +5,132 @@ devices run them.
   its own values; no annotation.
 - ``shard_map`` with every mesh axis manual: every device runs it on its own
   shard; the custom call is marked MANUAL as JAX marks its own callbacks.
-- ``jit`` with operands sharded over several devices (automatic SPMD): not
-  supported yet.  XLA's Shardy partitioner keeps a single-device (maximal)
-  sharding only on JAX's own callback custom calls, so the callback cannot be
-  pinned to ``device_index``; lowering raises a clear error instead of
-  XLA's internal one.
+- ``jit`` with operands sharded over several devices (automatic SPMD): the
+  callback must run once, on the ``device_index``-th device, with the whole
+  operand.  XLA's Shardy partitioner keeps such a single-device (maximal)
+  sharding only on JAX's own Python-callback custom calls, so this case goes
+  through JAX's Python callback, pinned there.  Its function hands the
+  arrays to our runtime (``_hcb.submit_tap``/``run_call``, the same queues
+  and targets as the custom calls).  JAX's callback does not say which
+  device runs it, so an extra operand does: ``hcb_device_ordinal``, a tiny
+  custom call that every device evaluates to its own ordinal.
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
 from jax._src import callback as jax_callback
+from jax._src import config as jax_config
+from jax._src import core as jax_core
 from jax._src import ffi as jax_ffi
 from jax._src import sharding_impls
 from jax._src.interpreters import mlir
+from jax._src.lib import xla_client as xc
+
+from host_callback import _hcb
 
 
-def _op_sharding(ctx: mlir.LoweringRuleContext, what: str) -> Any:
+def _sharded_devices(ctx: mlir.LoweringRuleContext) -> int:
+  """How many devices an automatically partitioned program runs on (1 when
+  it is not one)."""
+  axis_context = ctx.module_context.axis_context
+  if isinstance(axis_context, sharding_impls.ShardingContext):
+    return axis_context.num_devices
+  return 1
+
+
+def _maximal(ctx: mlir.LoweringRuleContext, device_index: int) -> Any:
+  """The sharding that runs an op only on the ``device_index``-th device."""
+  if jax_config.use_shardy_partitioner.value:
+    return sharding_impls.SdyArrayList((sharding_impls.SdyArray(
+        mesh_shape=(), dim_shardings=(),
+        logical_device_ids=(device_index,)),) * max(1, len(ctx.avals_out)))
+  sharding = xc.OpSharding()
+  sharding.type = xc.OpSharding.Type.MAXIMAL
+  sharding.tile_assignment_dimensions = [1]
+  sharding.tile_assignment_devices = [device_index]
+  return sharding
+
+
+def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
+                          args: Sequence[Any], *, what: str,
+                          has_side_effect: bool, device_index: int,
+                          callback_id: Any, ntapped: Any = None
+                          ) -> Sequence[Any]:
+  ndevices = _sharded_devices(ctx)
+  if not 0 <= device_index < ndevices:
+    raise ValueError(
+        f"host_callback {what}: device_index={device_index} is out of range "
+        f"for a computation on {ndevices} devices")
+  i32 = jax_core.ShapedArray((), np.int32)
+  ordinal = jax_ffi.build_ffi_lowering_function("hcb_device_ordinal")(
+      ctx.replace(avals_in=(), avals_out=(i32,))).results
+  callback_id = int(callback_id)
+  out_avals = ctx.avals_out
+
+  def run_on_device(device_ordinal: Any, *arrays: Any) -> Sequence[Any]:
+    key = int(device_ordinal)  # a CPU device key is its ordinal
+    if target == "hcb_tap":
+      _hcb.submit_tap(callback_id, key, arrays[:int(ntapped)])
+      return arrays
+    outs = tuple(np.zeros(a.shape, a.dtype) for a in out_avals)
+    # A failure is parked and raised by every device (hcb_sharded_check
+    # below): raising here, on one device, would leave the others waiting
+    # in the collective that spreads the results.
+    _hcb.run_call(callback_id, key, arrays, outs, ndevices if outs else 0)
+    return outs
+
+  ctx = ctx.replace(avals_in=(i32, *ctx.avals_in))
+  results, _, _ = jax_callback.emit_python_callback(
+      ctx, run_on_device, None, [*ordinal, *args], ctx.avals_in,
+      out_avals, has_side_effect=has_side_effect, returns_token=False,
+      sharding=_maximal(ctx, device_index))
+  # Results left on one device come back wrong when they leave the program
+  # from a device other than the first (JAX's own callbacks too, in JAX
+  # 0.10): replicate them, so every device holds the whole result.
+  results = [mlir.wrap_with_sharding_op(ctx, r, aval, _replicated(aval))
+             for r, aval in zip(results, out_avals)]
+  if target == "hcb_tap" or not results:
+    return results
+  return jax_ffi.build_ffi_lowering_function(
+      "hcb_sharded_check",
+      operand_output_aliases={i: i for i in range(len(results))})(
+          ctx.replace(avals_in=out_avals, avals_out=out_avals), *results,
+          callback_id=np.uint64(callback_id)).results
+
+
+def _replicated(aval: Any) -> Any:
+  if jax_config.use_shardy_partitioner.value:
+    return sharding_impls.SdyArray(
+        mesh_shape=(), dim_shardings=tuple(
+            sharding_impls.SdyDim(axes=(), is_open=False)
+            for _ in aval.shape))
+  sharding = xc.OpSharding()
+  sharding.type = xc.OpSharding.Type.REPLICATED
+  return sharding
+
+
+def _op_sharding(ctx: mlir.LoweringRuleContext) -> Any:
   axis_context = ctx.module_context.axis_context
   if isinstance(axis_context, sharding_impls.SPMDAxisContext):
     return jax_callback._callback_op_sharding(axis_context, None,
                                               ctx.avals_out)
-  if (isinstance(axis_context, sharding_impls.ShardingContext) and
-      axis_context.num_devices > 1):
-    raise NotImplementedError(
-        f"host_callback {what} inside jit with operands sharded over "
-        f"{axis_context.num_devices} devices is not supported yet: use "
-        "shard_map or pmap (every device calls with its own shard), or "
-        "replicate the operands onto one device first.")
   return None
 
 
 def lower(ctx: mlir.LoweringRuleContext, target: str, args: Sequence[Any], *,
-          what: str, has_side_effect: bool,
+          what: str, has_side_effect: bool, device_index: int,
           operand_output_aliases: dict[int, int] | None = None,
           **attributes: Any) -> Sequence[Any]:
   """Emits the custom call ``target`` with ``attributes`` (and the sharding
   annotation the context needs); returns its results."""
-  sharding = _op_sharding(ctx, what)
+  if _sharded_devices(ctx) > 1:
+    return _lower_through_python(
+        ctx, target, args, what=what, has_side_effect=has_side_effect,
+        device_index=device_index, **attributes)
+  sharding = _op_sharding(ctx)
   op = jax_ffi.build_ffi_lowering_function(
       target, has_side_effect=has_side_effect,
       operand_output_aliases=operand_output_aliases)(ctx, *args, **attributes)

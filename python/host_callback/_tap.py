@@ -73,10 +73,10 @@ def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
                   site: _runtime.TapSite, ntapped: int, device_index: int,
                   flavor: CallbackFlavor, differentiated: bool) -> Any:
   del differentiated
-  del device_index  # see _lowering: sharded jit is not supported yet
   return _lowering.lower(
       ctx, "hcb_tap", args, what="id_tap",
       has_side_effect=flavor is not CallbackFlavor.PURE,
+      device_index=device_index,
       operand_output_aliases={i: i for i in range(len(args))},
       callback_id=np.uint64(_runtime.site_id(site)), ntapped=np.int64(ntapped))
 

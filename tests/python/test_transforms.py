@@ -278,12 +278,53 @@ def test_vmap_of_call_inside_shard_map(method):
   assert sorted(calls) == sorted(per_device * 4)
 
 
-def test_sharded_jit_is_refused_with_a_clear_error(rec):
+@pytest.mark.parametrize("device_index", [0, 1])
+def test_sharded_jit_calls_once_on_device_index_with_the_whole_operand(
+    rec, device_index):
   mesh = Mesh(np.array(jax.devices()), ("d",))
   x = jax.device_put(XS, NamedSharding(mesh, P("d")))
-  with pytest.raises(NotImplementedError,
-                     match="inside jit with operands sharded over 4 devices"):
-    jax.jit(lambda v: hcb.id_tap(rec, v) + 1)(x)
+  tapped = jax.jit(lambda v: hcb.id_tap(rec, v * 1, tap_with_device=True,
+                                        device_index=device_index) + 1)(x)
+  np.testing.assert_array_equal(tapped, XS + 1)
+  assert rec.taken() == [(XS.tolist(), (), jax.devices()[device_index])]
+
+  calls = []
+
+  def host(v, *, device):
+    calls.append((device, v.shape))
+    return v * 10
+
+  out = jax.jit(lambda v: hcb.call(host, v, result_shape=v,
+                                   call_with_device=True,
+                                   device_index=device_index))(x)
+  np.testing.assert_array_equal(out, XS * 10)  # the whole result
+  assert calls == [(jax.devices()[device_index], (4, 2))]
+
+  def fill(ctx, out, v):
+    np.asarray(out)[...] = np.asarray(v) + 0.5
+
+  out = jax.jit(hcb.buffer_callback(fill, jax.ShapeDtypeStruct((4, 2),
+                                                               np.float32)))(x)
+  np.testing.assert_array_equal(out, XS + 0.5)
+
+
+def test_sharded_jit_device_index_out_of_range(rec):
+  mesh = Mesh(np.array(jax.devices()), ("d",))
+  x = jax.device_put(XS, NamedSharding(mesh, P("d")))
+  with pytest.raises(ValueError, match="device_index=4 is out of range for "
+                                       "a computation on 4 devices"):
+    jax.jit(lambda v: hcb.id_tap(rec, v, device_index=4))(x)
+
+
+def test_sharded_jit_call_errors_surface(rec):
+  mesh = Mesh(np.array(jax.devices()), ("d",))
+  x = jax.device_put(XS, NamedSharding(mesh, P("d")))
+  with pytest.raises(Exception, match="returned float32\\[2\\]; "
+                                      "result_shape declares float32\\[4,2\\]"):
+    jax.jit(lambda v: hcb.call(lambda a: a[0], v, result_shape=v))(
+        x).block_until_ready()
+  with pytest.raises(hcb.CallbackException):
+    hcb.barrier_wait()
 
 
 def test_barrier_wait_while_every_device_is_busy(rec):

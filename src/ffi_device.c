@@ -1,0 +1,81 @@
+/*
+ * ffi_device.c - the "hcb_device_ordinal" XLA FFI handler: writes the
+ * ordinal of the device running it into its one s32 result.
+ *
+ * Used where a callback cannot be our own custom call (under jit over
+ * sharded operands the callback goes through JAX's Python callback, which
+ * does not say which device runs it): every device computes its own
+ * ordinal, and the device that runs the callback hands its own to it.
+ *
+ * And the "hcb_sharded_check" handler: on every device, after the results
+ * of such a call were spread, it raises the call's failure if one was
+ * parked (runtime.h, hcb__sharded_fail), so that all devices fail together
+ * instead of some waiting forever in a collective.  Its results alias its
+ * operands.
+ */
+#include <string.h>
+
+#include "runtime.h"
+
+XLA_FFI_Error *
+hcb_ffi_ordinal_handler(XLA_FFI_CallFrame *frame)
+{
+    const XLA_FFI_Buffer *out;
+    XLA_FFI_Error *xe;
+    int32_t ordinal = 0;
+    hcb_error err;
+
+    if (hcb_ffi_answer_probe(frame, 0))
+        return NULL;
+    if ((xe = hcb_ffi_check_stage(frame, XLA_FFI_ExecutionStage_EXECUTE,
+                                  "hcb_device_ordinal")) != NULL)
+        return xe;
+    if (frame->rets.size != 1 ||
+        frame->rets.types[0] != XLA_FFI_RetType_BUFFER ||
+        ((const XLA_FFI_Buffer *)frame->rets.rets[0])->dtype !=
+            XLA_FFI_DataType_S32 ||
+        ((const XLA_FFI_Buffer *)frame->rets.rets[0])->rank != 0)
+        return hcb_ffi_error(frame, HCB_EINVAL,
+                             "hcb_device_ordinal: expected one s32[] result");
+    if (hcb_ffi_device_ordinal(frame, &ordinal, &err) != HCB_OK)
+        return hcb_ffi_error(frame, err.code, "hcb_device_ordinal: %s",
+                             err.message);
+    out = (const XLA_FFI_Buffer *)frame->rets.rets[0];
+    *(int32_t *)out->data = ordinal;
+    return NULL;
+}
+
+XLA_FFI_Error *
+hcb_ffi_sharded_check(XLA_FFI_CallFrame *frame)
+{
+    hcb_runtime *rt;
+    uint64_t id = 0;
+    hcb_error err;
+    int64_t i;
+
+    if (hcb_ffi_answer_probe(frame, 0))
+        return NULL;
+    rt = hcb_runtime_default();
+    if (rt == NULL)
+        return hcb_ffi_error(frame, HCB_ENOMEM,
+                             "hcb_sharded_check: no runtime");
+    if (hcb_ffi_attr_u64(frame, "callback_id", &id, &err) != HCB_OK)
+        return hcb_ffi_error(frame, err.code, "hcb_sharded_check: %s",
+                             err.message);
+    if (hcb__sharded_take(rt, id, &err))
+        return hcb_ffi_error_from(frame, &err);
+    for (i = 0; i < frame->args.size && i < frame->rets.size; i++) {
+        const XLA_FFI_Buffer *in = (const XLA_FFI_Buffer *)frame->args.args[i];
+        XLA_FFI_Buffer *out = (XLA_FFI_Buffer *)frame->rets.rets[i];
+        hcb_array view = {HCB_INVALID, 0, NULL, NULL, 0};
+
+        if (in->data == out->data)
+            continue;
+        if (hcb_ffi_buffer_view(in, &view, &err) != HCB_OK)
+            return hcb_ffi_error(frame, err.code, "hcb_sharded_check: %s",
+                                 err.message);
+        if (view.nbytes > 0)
+            memcpy(out->data, in->data, view.nbytes);
+    }
+    return NULL;
+}
