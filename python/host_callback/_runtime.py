@@ -257,6 +257,15 @@ def _wait_for_devices() -> None:
              for dev in jax.local_devices(backend="cpu")]
   for out in pending:
     out.block_until_ready()
+  # Computations that JAX runs with runtime tokens (ours under jit over
+  # sharded operands go through JAX's Python callback) finish here too.  A
+  # token of a failed one holds an error its caller has already seen (and
+  # that we recorded): forget it rather than have JAX print it at exit.
+  try:
+    jax.effects_barrier()
+  except jax.errors.JaxRuntimeError:
+    from jax._src import dispatch
+    dispatch.runtime_tokens.clear()
 
 
 def barrier_wait(logging_name: str | None = None) -> None:
