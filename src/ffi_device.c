@@ -13,7 +13,6 @@
  * instead of some waiting forever in a collective.  Its results alias its
  * operands.
  */
-#include <string.h>
 
 #include "runtime.h"
 
@@ -51,7 +50,6 @@ hcb_ffi_sharded_check(XLA_FFI_CallFrame *frame)
     hcb_runtime *rt;
     uint64_t id = 0;
     hcb_error err;
-    int64_t i;
 
     if (hcb_ffi_answer_probe(frame, 0))
         return NULL;
@@ -64,18 +62,5 @@ hcb_ffi_sharded_check(XLA_FFI_CallFrame *frame)
                              err.message);
     if (hcb__sharded_take(rt, id, &err))
         return hcb_ffi_error_from(frame, &err);
-    for (i = 0; i < frame->args.size && i < frame->rets.size; i++) {
-        const XLA_FFI_Buffer *in = (const XLA_FFI_Buffer *)frame->args.args[i];
-        XLA_FFI_Buffer *out = (XLA_FFI_Buffer *)frame->rets.rets[i];
-        hcb_array view = {HCB_INVALID, 0, NULL, NULL, 0};
-
-        if (in->data == out->data)
-            continue;
-        if (hcb_ffi_buffer_view(in, &view, &err) != HCB_OK)
-            return hcb_ffi_error(frame, err.code, "hcb_sharded_check: %s",
-                                 err.message);
-        if (view.nbytes > 0)
-            memcpy(out->data, in->data, view.nbytes);
-    }
-    return NULL;
+    return hcb__ffi_forward_operands(frame, "hcb_sharded_check");
 }

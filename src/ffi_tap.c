@@ -14,15 +14,12 @@
 
 #define STACK_ARGS 16
 
-/* Makes sure each result holds its operand.  XLA honours the aliasing the
- * lowering requests, so this is normally a pointer comparison; a copy is
- * made only if a runtime ever hands us distinct buffers. */
-static XLA_FFI_Error *
-forward_operands(XLA_FFI_CallFrame *frame)
+XLA_FFI_Error *
+hcb__ffi_forward_operands(XLA_FFI_CallFrame *frame, const char *handler)
 {
     int64_t i;
 
-    for (i = 0; i < frame->args.size; i++) {
+    for (i = 0; i < frame->args.size && i < frame->rets.size; i++) {
         const XLA_FFI_Buffer *in = (const XLA_FFI_Buffer *)frame->args.args[i];
         XLA_FFI_Buffer *out = (XLA_FFI_Buffer *)frame->rets.rets[i];
         hcb_array view = {HCB_INVALID, 0, NULL, NULL, 0};
@@ -31,8 +28,8 @@ forward_operands(XLA_FFI_CallFrame *frame)
         if (in->data == out->data)
             continue;
         if (hcb_ffi_buffer_view(in, &view, &err) != HCB_OK)
-            return hcb_ffi_error(frame, err.code, "hcb_tap: operand %lld: %s",
-                                 (long long)i, err.message);
+            return hcb_ffi_error(frame, err.code, "%s: operand %lld: %s",
+                                 handler, (long long)i, err.message);
         if (view.nbytes > 0)
             memcpy(out->data, in->data, view.nbytes);
     }
@@ -86,7 +83,7 @@ hcb__ffi_tap_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame)
         return hcb_ffi_error(frame, err.code, "hcb_tap: %s", err.message);
     if ((xe = check_frame(frame, ntapped)) != NULL)
         return xe;
-    if ((xe = forward_operands(frame)) != NULL)
+    if ((xe = hcb__ffi_forward_operands(frame, "hcb_tap")) != NULL)
         return xe;
 
     if (ntapped > STACK_ARGS) {

@@ -11,6 +11,14 @@ XLA_FFI_Error *hcb__ffi_tap_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame);
 /* The body of hcb_ffi_call, likewise. */
 XLA_FFI_Error *hcb__ffi_call_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame);
 
+/* Makes sure each result holds its operand, for handlers whose results
+ * alias their operands (the first min(args, rets)).  XLA honours the
+ * aliasing the lowering requests, so this is normally a pointer
+ * comparison; a copy is made only if a runtime ever hands us distinct
+ * buffers. */
+XLA_FFI_Error *hcb__ffi_forward_operands(XLA_FFI_CallFrame *frame,
+                                         const char *handler);
+
 /* Calls under jit over sharded operands run on one device, and every
  * device continues into the collectives that spread the result: a failure
  * raised on that one device alone would leave the others waiting forever.

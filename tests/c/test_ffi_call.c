@@ -287,6 +287,70 @@ test_call_waits_for_the_devices_earlier_taps(void **state)
     sink->delay_us = 0;
 }
 
+static void
+test_device_ordinal_handler(void **state)
+{
+    int32_t out = -1;
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    test_frame tf;
+
+    (void)state;
+    assert_int_equal(tf_probe(hcb_ffi_ordinal_handler), 3);
+    tf_init(&tf);
+    tf_add_ret(&tf, XLA_FFI_DataType_S32, &out, 0, NULL);
+    test_device_ordinal = 7;
+    assert_int_equal(
+        tf_error_code(hcb_ffi_ordinal_handler(&tf.frame), msg, sizeof msg), 0);
+    test_device_ordinal = 0;
+    assert_int_equal(out, 7);
+    tf_init(&tf); /* no result */
+    assert_int_equal(
+        tf_error_code(hcb_ffi_ordinal_handler(&tf.frame), msg, sizeof msg),
+        XLA_FFI_Error_Code_INVALID_ARGUMENT);
+}
+
+/* A shared call's failure is parked and raised once by each device. */
+static void
+test_shared_call_failure_is_raised_by_every_device(void **state)
+{
+    hcb_runtime *def = hcb_runtime_default();
+    hcb_call_target t = HCB_CALL_TARGET_INIT;
+    float x[2] = {1, 2}, y[2] = {0, 0};
+    int64_t d[1] = {2};
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    uint64_t id;
+    hcb_error err;
+    int parked = -1, i;
+    test_frame tf;
+
+    (void)state;
+    t.fn = fail_fn;
+    t.name = "fail_fn";
+    t.name_len = 7;
+    assert_int_equal(hcb_runtime_register_call(def, &t, &id, NULL), HCB_OK);
+    assert_int_equal(hcb_runtime_call_shared(def, id, HCB_DEVICE(0, 1), NULL, 0,
+                                             NULL, 0, 3, &parked, &err),
+                     HCB_ECALLBACK);
+    assert_int_equal(parked, 1);
+    for (i = 0; i < 4; i++) {
+        tf_init(&tf);
+        tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, d, y);
+        tf_add_u64(&tf, "callback_id", id);
+        if (i < 3) { /* each of the 3 devices raises it */
+            assert_int_equal(tf_error_code(hcb_ffi_sharded_check(&tf.frame),
+                                           msg, sizeof msg),
+                             XLA_FFI_Error_Code_UNKNOWN);
+            assert_string_equal(msg, "fail_fn said no");
+        } else { /* then it is gone: operands pass through */
+            assert_int_equal(tf_error_code(hcb_ffi_sharded_check(&tf.frame),
+                                           msg, sizeof msg),
+                             0);
+            assert_true(y[0] == 1.0f && y[1] == 2.0f);
+        }
+    }
+    hcb_runtime_take_error(def, NULL);
+}
+
 int
 main(void)
 {
@@ -298,6 +362,8 @@ main(void)
         cmocka_unit_test(test_malformed_frames_fail_cleanly),
         cmocka_unit_test(test_many_operands_use_the_heap_and_survive_oom),
         cmocka_unit_test(test_call_waits_for_the_devices_earlier_taps),
+        cmocka_unit_test(test_device_ordinal_handler),
+        cmocka_unit_test(test_shared_call_failure_is_raised_by_every_device),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
