@@ -224,6 +224,47 @@ result_view(hcb_state *st, const hcb_array *res, PyArray_Descr *descr)
                                 res->data, NPY_ARRAY_CARRAY, NULL);
 }
 
+/* Leaf `got` does not match its declared result `res`: describes both (only
+ * now, off the success path) and reports it with `type`.  `how` picks the
+ * wording; `detail` completes LEAF_DOES_NOT_FIT. */
+enum leaf_problem {
+    LEAF_DIFFERS,
+    LEAF_NOT_AN_ARRAY,
+    LEAF_DOES_NOT_FIT,
+    LEAF_CANNOT_COPY
+};
+
+static int
+leaf_mismatch(hcb_py_call_target *t, PyObject *type, hcb_error *err,
+              enum leaf_problem how, PyObject *got, const hcb_array *res,
+              const char *where, const char *detail)
+{
+    char decl[160], desc[160];
+    const char *name = t->base.name;
+
+    describe_declared(res, decl, sizeof decl);
+    describe_value(got, desc, sizeof desc);
+    switch (how) {
+    case LEAF_NOT_AN_ARRAY:
+        return mismatch(t, type, err,
+                        PREFIX "returned %s%s, which is not an array; "
+                               "result_shape declares %s",
+                        name, desc, where, decl);
+    case LEAF_DOES_NOT_FIT:
+        return mismatch(t, type, err,
+                        PREFIX "returned %s%s that does not fit %s: %s", name,
+                        desc, where, decl, detail != NULL ? detail : "?");
+    case LEAF_CANNOT_COPY:
+        return mismatch(t, type, err,
+                        PREFIX "returned %s%s that cannot be copied into %s",
+                        name, desc, where, decl);
+    default:
+        return mismatch(t, type, err,
+                        PREFIX "returned %s%s; result_shape declares %s", name,
+                        desc, where, decl);
+    }
+}
+
 /* Checks one returned leaf against its declared result and copies it into
  * the result buffer.  `where` is "" for a single result, else the leaf's
  * position for messages. */
@@ -236,31 +277,30 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
         (unsigned)res->dtype < HCB_PY_NDTYPES
             ? (PyArray_Descr *)PyTuple_GET_ITEM(st->dtypes, res->dtype)
             : (PyArray_Descr *)Py_None;
-    char decl[160], got[160];
     PyArrayObject *arr;
     bool exact;
     int rc = HCB_OK;
 
-    describe_declared(res, decl, sizeof decl);
-    if ((PyObject *)want == Py_None)
+    if ((PyObject *)want == Py_None) {
+        char decl[160];
+
+        describe_declared(res, decl, sizeof decl);
         return hcb_error_set(err, HCB_EUNIMPL,
                              PREFIX "declares %s%s, a type numpy lacks",
                              t->base.name, decl, where);
+    }
 
     if (is_python_scalar(leaf) && !PyArray_IsScalar(leaf, Generic)) {
-        describe_value(leaf, got, sizeof got);
         if (res->rank != 0 || !python_scalar_fits(leaf, res->dtype))
-            return mismatch(t, PyExc_TypeError, err,
-                            PREFIX "returned %s%s; result_shape declares %s",
-                            t->base.name, got, where, decl);
+            return leaf_mismatch(t, PyExc_TypeError, err, LEAF_DIFFERS, leaf,
+                                 res, where, NULL);
         if (PyArray_Pack(want, res->data, leaf) < 0) {
             PyObject *exc = hcb_py_fetch_exception();
             PyObject *s = exc != NULL ? PyObject_Str(exc) : NULL;
-            const char *m = s != NULL ? PyUnicode_AsUTF8(s) : NULL;
 
-            rc = mismatch(t, PyExc_ValueError, err,
-                          PREFIX "returned %s%s that does not fit %s: %s",
-                          t->base.name, got, where, decl, m != NULL ? m : "?");
+            rc = leaf_mismatch(t, PyExc_ValueError, err, LEAF_DOES_NOT_FIT,
+                               leaf, res, where,
+                               s != NULL ? PyUnicode_AsUTF8(s) : NULL);
             Py_XDECREF(s);
             Py_XDECREF(exc);
         }
@@ -273,25 +313,20 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
     } else {
         arr = (PyArrayObject *)PyArray_FromAny(leaf, NULL, 0, 0, 0, NULL);
         if (arr == NULL) {
-            describe_value(leaf, got, sizeof got);
-            return mismatch(t, PyExc_TypeError, err,
-                            PREFIX "returned %s%s, which is not an array; "
-                                   "result_shape declares %s",
-                            t->base.name, got, where, decl);
+            PyErr_Clear();
+            return leaf_mismatch(t, PyExc_TypeError, err, LEAF_NOT_AN_ARRAY,
+                                 leaf, res, where, NULL);
         }
     }
-    describe_value((PyObject *)arr, got, sizeof got);
     exact = PyArray_EquivTypes(PyArray_DESCR(arr), want) ||
             PyArray_DESCR(arr)->type_num == want->type_num;
     if (!same_shape(arr, res)) {
-        rc = mismatch(t, PyExc_ValueError, err,
-                      PREFIX "returned %s%s; result_shape declares %s",
-                      t->base.name, got, where, decl);
+        rc = leaf_mismatch(t, PyExc_ValueError, err, LEAF_DIFFERS,
+                           (PyObject *)arr, res, where, NULL);
     } else if (!exact &&
                !(t->narrow_x64 && narrows_to(PyArray_DESCR(arr), res->dtype))) {
-        rc = mismatch(t, PyExc_TypeError, err,
-                      PREFIX "returned %s%s; result_shape declares %s",
-                      t->base.name, got, where, decl);
+        rc = leaf_mismatch(t, PyExc_TypeError, err, LEAF_DIFFERS,
+                           (PyObject *)arr, res, where, NULL);
     } else if (exact && PyArray_ISCARRAY_RO(arr) && PyArray_ISNOTSWAPPED(arr)) {
         if (res->nbytes > 0)
             memcpy(res->data, PyArray_DATA(arr), res->nbytes);
@@ -300,10 +335,8 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
 
         if (dst == NULL || PyArray_CopyInto((PyArrayObject *)dst, arr) < 0) {
             PyErr_Clear();
-            rc = mismatch(t, PyExc_ValueError, err,
-                          PREFIX "returned %s%s that cannot be copied into "
-                                 "%s",
-                          t->base.name, got, where, decl);
+            rc = leaf_mismatch(t, PyExc_ValueError, err, LEAF_CANNOT_COPY,
+                               (PyObject *)arr, res, where, NULL);
         }
         Py_XDECREF(dst);
     }
