@@ -100,34 +100,52 @@ owner_new(hcb_state *st, hcb_record *rec)
 
 /* ---- arrays ------------------------------------------------------------ */
 
-static PyObject *
-array_over(hcb_state *st, const hcb_array *a, PyObject *owner)
+PyObject *
+hcb_py_descr(hcb_state *st, hcb_dtype dtype)
 {
-    npy_intp dims[HCB_MAX_RANK];
-    PyObject *descr, *arr;
-    int32_t i;
+    PyObject *descr = (unsigned)dtype < HCB_PY_NDTYPES
+                          ? PyTuple_GET_ITEM(st->dtypes, dtype)
+                          : Py_None;
 
-    descr = (unsigned)a->dtype < HCB_PY_NDTYPES
-                ? PyTuple_GET_ITEM(st->dtypes, a->dtype)
-                : Py_None;
-    if (descr == Py_None) {
-        PyErr_Format(PyExc_TypeError, "no numpy dtype for %s (XLA type %d)",
-                     hcb_dtype_name(a->dtype), (int)a->dtype);
-        return NULL;
-    }
-    for (i = 0; i < a->rank; i++)
-        dims[i] = (npy_intp)a->dims[i];
+    if (descr != Py_None)
+        return descr;
+    PyErr_Format(PyExc_TypeError, "no numpy dtype for %s (XLA type %d)",
+                 hcb_dtype_name(dtype), (int)dtype);
+    return NULL;
+}
+
+PyObject *
+hcb_py_array_view(PyObject *descr, int rank, const int64_t *dims, void *data,
+                  int writable, PyObject *base)
+{
+    npy_intp shape[HCB_MAX_RANK];
+    int flags = NPY_ARRAY_CARRAY_RO | (writable ? NPY_ARRAY_WRITEABLE : 0);
+    PyObject *arr;
+    int i;
+
+    for (i = 0; i < rank; i++)
+        shape[i] = (npy_intp)dims[i];
     Py_INCREF(descr); /* PyArray_NewFromDescr steals it */
-    arr = PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr *)descr, a->rank,
-                               dims, NULL, a->data, NPY_ARRAY_CARRAY, NULL);
-    if (arr == NULL)
-        return NULL;
-    Py_INCREF(owner);
-    if (PyArray_SetBaseObject((PyArrayObject *)arr, owner) < 0) {
+    arr = PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr *)descr, rank,
+                               shape, NULL, data, flags, NULL);
+    if (arr == NULL || base == NULL)
+        return arr;
+    Py_INCREF(base);
+    if (PyArray_SetBaseObject((PyArrayObject *)arr, base) < 0) {
         Py_DECREF(arr);
         return NULL;
     }
     return arr;
+}
+
+static PyObject *
+array_over(hcb_state *st, const hcb_array *a, PyObject *owner)
+{
+    PyObject *descr = hcb_py_descr(st, a->dtype);
+
+    if (descr == NULL)
+        return NULL;
+    return hcb_py_array_view(descr, a->rank, a->dims, a->data, 1, owner);
 }
 
 PyObject *

@@ -24,6 +24,9 @@
 #include <numpy/arrayobject.h>
 #include <string.h>
 
+_Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t),
+               "Buffer shapes are viewed as int64_t");
+
 /* ---- Buffer ---------------------------------------------------------------
  */
 
@@ -108,27 +111,17 @@ buffer_array(PyObject *self, PyObject *args, PyObject *kwargs)
     static char *kwlist[] = {k_dtype, k_copy, NULL};
     buffer_object *b = (buffer_object *)self;
     PyObject *dtype = Py_None, *copy = Py_None, *arr, *cast;
-    npy_intp dims[HCB_MAX_RANK];
-    int i, flags;
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:__array__", kwlist,
                                      &dtype, &copy))
         return NULL;
     if (check_valid(b) < 0)
         return NULL;
-    for (i = 0; i < b->ndim; i++)
-        dims[i] = (npy_intp)b->shape[i];
-    flags = NPY_ARRAY_CARRAY_RO | (b->readonly ? 0 : NPY_ARRAY_WRITEABLE);
-    Py_INCREF(b->descr);
-    arr = PyArray_NewFromDescr(&PyArray_Type, b->descr, b->ndim, dims, NULL,
-                               b->data, flags, NULL);
+    arr = hcb_py_array_view((PyObject *)b->descr, b->ndim,
+                            (const int64_t *)b->shape, b->data, !b->readonly,
+                            self);
     if (arr == NULL)
         return NULL;
-    Py_INCREF(self);
-    if (PyArray_SetBaseObject((PyArrayObject *)arr, self) < 0) {
-        Py_DECREF(arr);
-        return NULL;
-    }
     if (dtype != Py_None || (copy != Py_None && PyObject_IsTrue(copy) == 1)) {
         PyArray_Descr *want = NULL;
 
@@ -428,18 +421,13 @@ hcb_py_buffer_spec(void)
 static PyObject *
 buffer_new(hcb_state *st, const hcb_array *a, hcb_device device, int readonly)
 {
-    PyObject *descr = (unsigned)a->dtype < HCB_PY_NDTYPES
-                          ? PyTuple_GET_ITEM(st->dtypes, a->dtype)
-                          : Py_None;
+    PyObject *descr = hcb_py_descr(st, a->dtype);
     buffer_object *b;
     Py_ssize_t stride;
     int i;
 
-    if (descr == Py_None) {
-        PyErr_Format(PyExc_TypeError, "no numpy dtype for %s (XLA type %d)",
-                     hcb_dtype_name(a->dtype), (int)a->dtype);
+    if (descr == NULL)
         return NULL;
-    }
     b = PyObject_New(buffer_object, st->buffer_type);
     if (b == NULL)
         return NULL;

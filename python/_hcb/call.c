@@ -209,21 +209,6 @@ same_shape(PyArrayObject *a, const hcb_array *res)
     return true;
 }
 
-/* A numpy array over XLA's result buffer (no copy). */
-static PyObject *
-result_view(hcb_state *st, const hcb_array *res, PyArray_Descr *descr)
-{
-    npy_intp dims[HCB_MAX_RANK];
-    int i;
-
-    for (i = 0; i < res->rank; i++)
-        dims[i] = (npy_intp)res->dims[i];
-    Py_INCREF(descr); /* stolen */
-    (void)st;
-    return PyArray_NewFromDescr(&PyArray_Type, descr, res->rank, dims, NULL,
-                                res->data, NPY_ARRAY_CARRAY, NULL);
-}
-
 /* Leaf `got` does not match its declared result `res`: describes both (only
  * now, off the success path) and reports it with `type`.  `how` picks the
  * wording; `detail` completes LEAF_DOES_NOT_FIT. */
@@ -272,18 +257,16 @@ static int
 fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
             const char *where, hcb_error *err)
 {
-    hcb_state *st = t->base.state;
     PyArray_Descr *want =
-        (unsigned)res->dtype < HCB_PY_NDTYPES
-            ? (PyArray_Descr *)PyTuple_GET_ITEM(st->dtypes, res->dtype)
-            : (PyArray_Descr *)Py_None;
+        (PyArray_Descr *)hcb_py_descr(t->base.state, res->dtype);
     PyArrayObject *arr;
     bool exact;
     int rc = HCB_OK;
 
-    if ((PyObject *)want == Py_None) {
+    if (want == NULL) {
         char decl[160];
 
+        PyErr_Clear();
         describe_declared(res, decl, sizeof decl);
         return hcb_error_set(err, HCB_EUNIMPL,
                              PREFIX "declares %s%s, a type numpy lacks",
@@ -331,7 +314,8 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
         if (res->nbytes > 0)
             memcpy(res->data, PyArray_DATA(arr), res->nbytes);
     } else {
-        PyObject *dst = result_view(st, res, want);
+        PyObject *dst = hcb_py_array_view((PyObject *)want, res->rank,
+                                          res->dims, res->data, 1, NULL);
 
         if (dst == NULL || PyArray_CopyInto((PyArrayObject *)dst, arr) < 0) {
             PyErr_Clear();

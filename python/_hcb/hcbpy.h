@@ -73,6 +73,12 @@ typedef struct hcb_py_buffer_target {
  * is shutting down. */
 int hcb_py_gil_ensure(hcb_state *st, PyGILState_STATE *gil);
 void hcb_py_gil_release(PyGILState_STATE gil);
+/* The numpy dtype of an hcb_dtype (borrowed), or NULL with a TypeError. */
+PyObject *hcb_py_descr(hcb_state *st, hcb_dtype dtype);
+/* A numpy array (no copy) over `data`: C order, `descr` (borrowed), `rank`
+ * `dims`; `base` (may be NULL) is kept alive by it. */
+PyObject *hcb_py_array_view(PyObject *descr, int rank, const int64_t *dims,
+                            void *data, int writable, PyObject *base);
 /* A tuple of numpy arrays viewing the record's arrays (keeping it alive). */
 PyObject *hcb_py_arrays_of(hcb_state *st, hcb_record *rec);
 /* The jax.Device of a device key (new reference). */

@@ -13,6 +13,13 @@ VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims",
                 "broadcast_all")
 
 
+def check_vmap_method(vmap_method: str | None) -> None:
+  """``ValueError`` unless ``vmap_method`` is ``None`` or a known method."""
+  if vmap_method is not None and vmap_method not in VMAP_METHODS:
+    raise ValueError(f"vmap_method must be None or one of {VMAP_METHODS}, "
+                     f"got {vmap_method!r}")
+
+
 def batch_by_method(args: Sequence[Any], dims: Sequence[Any], *,
                     vmap_method: str | None, what: str, nout: int,
                     bind_one: Callable[[list[Any]], Sequence[Any]],

@@ -246,9 +246,7 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
   """
   if not (callable(callback) or isinstance(callback, NativeCallback)):
     raise TypeError(f"callback must be callable, got {callback!r}")
-  if vmap_method is not None and vmap_method not in _batching.VMAP_METHODS:
-    raise ValueError(f"vmap_method must be None or one of "
-                     f"{_batching.VMAP_METHODS}, got {vmap_method!r}")
+  _batching.check_vmap_method(vmap_method)
   flat_shapes, out_treedef = jax.tree_util.tree_flatten(result_shape_dtypes)
   result_avals = tuple(jax_core.ShapedArray(x.shape, x.dtype)
                        for x in flat_shapes)

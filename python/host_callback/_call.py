@@ -222,9 +222,7 @@ def call(callback_func: Callable[..., Any], arg: Any, *,
   if not isinstance(callback_flavor, CallbackFlavor):
     raise TypeError("callback_flavor must be a CallbackFlavor, got "
                     f"{callback_flavor!r}")
-  if vmap_method is not None and vmap_method not in _batching.VMAP_METHODS:
-    raise ValueError(f"vmap_method must be None or one of {_batching.VMAP_METHODS}, "
-                     f"got {vmap_method!r}")
+  _batching.check_vmap_method(vmap_method)
   if callback_flavor is CallbackFlavor.DEBUG and result_shape is not None:
     raise NotImplementedError(
         "host_callback.call: the DEBUG flavor can be used only when "
