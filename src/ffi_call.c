@@ -13,32 +13,11 @@
 
 #define STACK_ARRAYS 16
 
-/* Views `n` FFI buffers as hcb_arrays.  `what` names them in errors. */
-static XLA_FFI_Error *
-view_buffers(XLA_FFI_CallFrame *frame, void **buffers, const int32_t *types,
-             int32_t buffer_type, int64_t n, hcb_array *views, const char *what)
-{
-    int64_t i;
-    hcb_error err;
-
-    for (i = 0; i < n; i++) {
-        if (types[i] != buffer_type)
-            return hcb_ffi_error(frame, HCB_EINVAL,
-                                 "hcb_call: %s %lld is not a buffer", what,
-                                 (long long)i);
-        if (hcb_ffi_buffer_view((const XLA_FFI_Buffer *)buffers[i], &views[i],
-                                &err) != HCB_OK)
-            return hcb_ffi_error(frame, err.code, "hcb_call: %s %lld: %s", what,
-                                 (long long)i, err.message);
-    }
-    return NULL;
-}
-
 XLA_FFI_Error *
 hcb__ffi_call_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame)
 {
     hcb_array stack_views[STACK_ARRAYS], *views = stack_views;
-    int64_t nargs = frame->args.size, nrets = frame->rets.size;
+    int64_t nargs = frame->args.size, nrets = frame->rets.size, i;
     XLA_FFI_Error *xe;
     uint64_t id = 0;
     int32_t ordinal = 0;
@@ -49,7 +28,7 @@ hcb__ffi_call_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame)
     if ((xe = hcb_ffi_check_stage(frame, XLA_FFI_ExecutionStage_EXECUTE,
                                   "hcb_call")) != NULL)
         return xe;
-    if (hcb_ffi_attr_u64(frame, "callback_id", &id, &err) != HCB_OK ||
+    if (hcb_ffi_attr_u64(&frame->attrs, "callback_id", &id, &err) != HCB_OK ||
         hcb_ffi_device_ordinal(frame, &ordinal, &err) != HCB_OK)
         return hcb_ffi_error(frame, err.code, "hcb_call: %s", err.message);
 
@@ -60,13 +39,15 @@ hcb__ffi_call_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame)
                                  "hcb_call: cannot allocate %lld array views",
                                  (long long)(nargs + nrets));
     }
-    xe = view_buffers(frame, frame->args.args,
-                      (const int32_t *)frame->args.types,
-                      XLA_FFI_ArgType_BUFFER, nargs, views, "operand");
-    if (xe == NULL)
-        xe = view_buffers(
-            frame, frame->rets.rets, (const int32_t *)frame->rets.types,
-            XLA_FFI_RetType_BUFFER, nrets, views + nargs, "result");
+    xe = NULL;
+    for (i = 0; i < nargs + nrets && xe == NULL; i++) {
+        if ((i < nargs
+                 ? hcb_ffi_arg(frame, i, HCB_ANY_DTYPE, HCB_ANY_RANK, &views[i],
+                               &err)
+                 : hcb_ffi_result(frame, i - nargs, HCB_ANY_DTYPE, HCB_ANY_RANK,
+                                  &views[i], &err)) != HCB_OK)
+            xe = hcb_ffi_error(frame, err.code, "hcb_call: %s", err.message);
+    }
     if (xe == NULL &&
         hcb_runtime_call(rt, id, HCB_DEVICE(HCB_PLATFORM_CPU, ordinal), views,
                          (size_t)nargs, views + nargs, (size_t)nrets,

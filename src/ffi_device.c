@@ -19,7 +19,7 @@
 XLA_FFI_Error *
 hcb_ffi_ordinal_handler(XLA_FFI_CallFrame *frame)
 {
-    const XLA_FFI_Buffer *out;
+    hcb_array out = {HCB_INVALID, 0, NULL, NULL, 0};
     XLA_FFI_Error *xe;
     int32_t ordinal = 0;
     hcb_error err;
@@ -29,18 +29,12 @@ hcb_ffi_ordinal_handler(XLA_FFI_CallFrame *frame)
     if ((xe = hcb_ffi_check_stage(frame, XLA_FFI_ExecutionStage_EXECUTE,
                                   "hcb_device_ordinal")) != NULL)
         return xe;
-    if (frame->rets.size != 1 ||
-        frame->rets.types[0] != XLA_FFI_RetType_BUFFER ||
-        ((const XLA_FFI_Buffer *)frame->rets.rets[0])->dtype !=
-            XLA_FFI_DataType_S32 ||
-        ((const XLA_FFI_Buffer *)frame->rets.rets[0])->rank != 0)
-        return hcb_ffi_error(frame, HCB_EINVAL,
-                             "hcb_device_ordinal: expected one s32[] result");
-    if (hcb_ffi_device_ordinal(frame, &ordinal, &err) != HCB_OK)
+    if (hcb_ffi_check_counts(frame, -1, 1, &err) != HCB_OK ||
+        hcb_ffi_result(frame, 0, HCB_S32, 0, &out, &err) != HCB_OK ||
+        hcb_ffi_device_ordinal(frame, &ordinal, &err) != HCB_OK)
         return hcb_ffi_error(frame, err.code, "hcb_device_ordinal: %s",
                              err.message);
-    out = (const XLA_FFI_Buffer *)frame->rets.rets[0];
-    *(int32_t *)out->data = ordinal;
+    *(int32_t *)out.data = ordinal;
     return NULL;
 }
 
@@ -57,7 +51,7 @@ hcb_ffi_sharded_check(XLA_FFI_CallFrame *frame)
     if (rt == NULL)
         return hcb_ffi_error(frame, HCB_ENOMEM,
                              "hcb_sharded_check: no runtime");
-    if (hcb_ffi_attr_u64(frame, "callback_id", &id, &err) != HCB_OK)
+    if (hcb_ffi_attr_u64(&frame->attrs, "callback_id", &id, &err) != HCB_OK)
         return hcb_ffi_error(frame, err.code, "hcb_sharded_check: %s",
                              err.message);
     if (hcb__sharded_take(rt, id, &err))

@@ -4,10 +4,16 @@
  * XLA's FFI has a stable C ABI (xla/ffi/api/c_api.h, shipped in jaxlib:
  * `jax.ffi.include_dir()`), but its only convenience layer is C++.  This
  * header is the C one: answering the registration-time metadata probe,
- * checking the stage, finding attributes by name with type checks, viewing
- * buffers as hcb_array, and turning hcb_error into XLA errors.  Everything
- * here is `static inline`: a handler written with it needs only this header,
- * hcb.h and c_api.h (libhcb is needed only for the hcb_* functions it calls).
+ * checking the stage, typed access to operands and results (dtype and rank
+ * checked), attributes of every kind by name with type checks, the device
+ * ordinal and stream, and turning hcb_error into XLA errors.  A handler is a
+ * body that returns an HCB_E* code, wrapped by HCB_FFI_HANDLER; see
+ * examples/c_ffi/ for handlers of every kind.
+ *
+ * Everything here is `static inline` over this header, hcb.h and c_api.h
+ * (`jax.ffi.include_dir()`); link libhcb for the few hcb_* functions they
+ * call (hcb_error_set, hcb_dtype_name, hcb_dtype_size).  Errors go to an
+ * `hcb_error *err` that may be NULL, as everywhere in libhcb.
  *
  * The handlers report FFI API version 0.3 (HCB_FFI_API_MAJOR/MINOR), the
  * newest version every supported jaxlib accepts, whatever header they were
@@ -139,104 +145,37 @@ hcb_ffi_check_stage(const XLA_FFI_CallFrame *frame,
                          handler, (int)frame->stage, (int)stage);
 }
 
-/* Finds attribute `name` (attributes arrive sorted by name, so this is a
- * binary search).  Returns its value pointer and sets `*type`, or NULL. */
-static inline void *
-hcb_ffi_attr_find(const XLA_FFI_CallFrame *frame, const char *name,
-                  XLA_FFI_AttrType *type)
-{
-    const XLA_FFI_Attrs *a = &frame->attrs;
-    size_t len = strlen(name);
-    int64_t lo = 0, hi = a->size - 1;
+/* ------------------------------------------------------------------------ */
+/* Errors XLA hands back                                                    */
 
-    while (lo <= hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        const XLA_FFI_ByteSpan *key = a->names[mid];
-        size_t n = key->len < len ? key->len : len;
-        int c = memcmp(key->ptr, name, n);
-
-        if (c == 0)
-            c = key->len < len ? -1 : (key->len > len ? 1 : 0);
-        if (c == 0) {
-            if (type != NULL)
-                *type = a->types[mid];
-            return a->attrs[mid];
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid - 1;
-    }
-    return NULL;
-}
-
-/* Reads scalar attribute `name` of XLA type `want` into `out` (`size`
- * bytes).  Errors name the attribute and what was expected. */
+/* Turns an error an XLA API function returned into `err` (code `code`, the
+ * XLA message after `what`) and frees it.  Returns `code`. */
 static inline int
-hcb_ffi_attr_scalar(const XLA_FFI_CallFrame *frame, const char *name,
-                    XLA_FFI_DataType want, void *out, size_t size,
-                    hcb_error *err)
+hcb_ffi_take_error(const XLA_FFI_Api *api, XLA_FFI_Error *e, int code,
+                   const char *what, hcb_error *err)
 {
-    XLA_FFI_AttrType type;
-    const XLA_FFI_Scalar *s =
-        (const XLA_FFI_Scalar *)hcb_ffi_attr_find(frame, name, &type);
+    XLA_FFI_Error_GetMessage_Args msg;
+    XLA_FFI_Error_Destroy_Args d;
 
-    if (s == NULL)
-        return hcb_error_set(err, HCB_EINVAL, "missing attribute '%s'", name);
-    if (type != XLA_FFI_AttrType_SCALAR || s->dtype != want)
-        return hcb_error_set(err, HCB_EINVAL,
-                             "attribute '%s' has the wrong type: expected a "
-                             "%s scalar",
-                             name, hcb_dtype_name((hcb_dtype)want));
-    memcpy(out, s->value, size);
-    return HCB_OK;
+    memset(&msg, 0, sizeof msg);
+    msg.struct_size = XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE;
+    msg.error = e;
+    api->XLA_FFI_Error_GetMessage(&msg);
+    hcb_error_set(err, code, "%s: %s", what,
+                  msg.message != NULL ? msg.message : "(no message)");
+    memset(&d, 0, sizeof d);
+    d.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
+    d.error = e;
+    api->XLA_FFI_Error_Destroy(&d);
+    return code;
 }
 
-static inline int
-hcb_ffi_attr_u64(const XLA_FFI_CallFrame *frame, const char *name,
-                 uint64_t *out, hcb_error *err)
-{
-    return hcb_ffi_attr_scalar(frame, name, XLA_FFI_DataType_U64, out,
-                               sizeof *out, err);
-}
+/* ------------------------------------------------------------------------ */
+/* Operands and results                                                     */
 
-static inline int
-hcb_ffi_attr_i64(const XLA_FFI_CallFrame *frame, const char *name, int64_t *out,
-                 hcb_error *err)
-{
-    return hcb_ffi_attr_scalar(frame, name, XLA_FFI_DataType_S64, out,
-                               sizeof *out, err);
-}
-
-/* The device ordinal XLA runs this call on (CPU: jax.Device.id). */
-static inline int
-hcb_ffi_device_ordinal(const XLA_FFI_CallFrame *frame, int32_t *out,
-                       hcb_error *err)
-{
-    const XLA_FFI_Api *api = frame->api;
-    XLA_FFI_DeviceOrdinal_Get_Args args;
-    XLA_FFI_Error *e;
-
-    if (api->struct_size <= offsetof(XLA_FFI_Api, XLA_FFI_DeviceOrdinal_Get))
-        return hcb_error_set(err, HCB_EUNIMPL,
-                             "this XLA runtime cannot report device ordinals");
-    memset(&args, 0, sizeof args);
-    args.struct_size = XLA_FFI_DeviceOrdinal_Get_Args_STRUCT_SIZE;
-    args.ctx = frame->ctx;
-    e = api->XLA_FFI_DeviceOrdinal_Get(&args);
-    if (e != NULL) {
-        XLA_FFI_Error_Destroy_Args d;
-
-        memset(&d, 0, sizeof d);
-        d.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
-        d.error = e;
-        api->XLA_FFI_Error_Destroy(&d);
-        return hcb_error_set(err, HCB_EINTERNAL,
-                             "failed to get the device ordinal");
-    }
-    *out = args.device_ordinal;
-    return HCB_OK;
-}
+/* "Any dtype" and "any rank" for hcb_ffi_arg / hcb_ffi_result. */
+#define HCB_ANY_DTYPE HCB_INVALID
+#define HCB_ANY_RANK  (-1)
 
 /* Views an FFI buffer as an hcb_array (no copy).  Fails for tokens and
  * types without byte-addressable elements. */
@@ -268,6 +207,488 @@ hcb_ffi_buffer_view(const XLA_FFI_Buffer *buf, hcb_array *out, hcb_error *err)
     out->nbytes = n * item;
     return HCB_OK;
 }
+
+/* Shared by hcb_ffi_arg and hcb_ffi_result. */
+static inline int
+hcb_ffi__typed_buffer(const char *what, int64_t count, void *const *buffers,
+                      bool is_buffer, int64_t i, hcb_dtype dtype, int32_t rank,
+                      hcb_array *out, hcb_error *err)
+{
+    const XLA_FFI_Buffer *buf;
+    hcb_error inner;
+
+    if (i < 0 || i >= count)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "%s %lld does not exist: the call has %lld %ss",
+                             what, (long long)i, (long long)count, what);
+    if (!is_buffer)
+        return hcb_error_set(err, HCB_EINVAL, "%s %lld is not a buffer", what,
+                             (long long)i);
+    buf = (const XLA_FFI_Buffer *)buffers[i];
+    if (dtype != HCB_ANY_DTYPE && (hcb_dtype)buf->dtype != dtype)
+        return hcb_error_set(
+            err, HCB_EINVAL, "%s %lld has dtype %s, expected %s", what,
+            (long long)i, hcb_dtype_name((hcb_dtype)buf->dtype),
+            hcb_dtype_name(dtype));
+    if (rank != HCB_ANY_RANK && buf->rank != rank)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "%s %lld has rank %lld, expected %d", what,
+                             (long long)i, (long long)buf->rank, rank);
+    if (hcb_ffi_buffer_view(buf, out, &inner) != HCB_OK)
+        return hcb_error_set(err, inner.code, "%s %lld: %s", what, (long long)i,
+                             inner.message);
+    return HCB_OK;
+}
+
+/* Operand `i` as an hcb_array over XLA's memory (no copy), checked to have
+ * `dtype` (or HCB_ANY_DTYPE) and `rank` (or HCB_ANY_RANK).  Errors say what
+ * was expected and what came: "operand 1 has dtype int32, expected
+ * float32".  On GPU, `out->data` is device memory. */
+static inline int
+hcb_ffi_arg(const XLA_FFI_CallFrame *frame, int64_t i, hcb_dtype dtype,
+            int32_t rank, hcb_array *out, hcb_error *err)
+{
+    bool is_buffer = i >= 0 && i < frame->args.size &&
+                     frame->args.types[i] == XLA_FFI_ArgType_BUFFER;
+
+    return hcb_ffi__typed_buffer("operand", frame->args.size, frame->args.args,
+                                 is_buffer, i, dtype, rank, out, err);
+}
+
+/* Result `i`, as hcb_ffi_arg: the handler writes `out->nbytes` bytes to
+ * `out->data`. */
+static inline int
+hcb_ffi_result(const XLA_FFI_CallFrame *frame, int64_t i, hcb_dtype dtype,
+               int32_t rank, hcb_array *out, hcb_error *err)
+{
+    bool is_buffer = i >= 0 && i < frame->rets.size &&
+                     frame->rets.types[i] == XLA_FFI_RetType_BUFFER;
+
+    return hcb_ffi__typed_buffer("result", frame->rets.size, frame->rets.rets,
+                                 is_buffer, i, dtype, rank, out, err);
+}
+
+/* Checks the number of operands and results (-1: any). */
+static inline int
+hcb_ffi_check_counts(const XLA_FFI_CallFrame *frame, int64_t nargs,
+                     int64_t nresults, hcb_error *err)
+{
+    if (nargs >= 0 && frame->args.size != nargs)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "expected %lld operands, got %lld",
+                             (long long)nargs, (long long)frame->args.size);
+    if (nresults >= 0 && frame->rets.size != nresults)
+        return hcb_error_set(err, HCB_EINVAL, "expected %lld results, got %lld",
+                             (long long)nresults, (long long)frame->rets.size);
+    return HCB_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Attributes                                                               */
+/*
+ * Every keyword argument of jax.ffi.ffi_call arrives as an attribute: a
+ * scalar (Python int -> int64, float -> float64, bool -> bool, numpy
+ * scalars keep their type), a string (str), an array (a 1-D or flattened
+ * numpy array of int8..uint64, float32 or float64) or a dictionary (dict,
+ * whose values are attributes again).  The functions below take the
+ * attribute list -- `&frame->attrs`, or a dictionary from hcb_ffi_attr_dict
+ * -- and return HCB_ENOTFOUND for a missing attribute (so a caller can fall
+ * back to a default) and HCB_EINVAL, saying what came and what was
+ * expected, for one of another type.  What they return points into XLA's
+ * call frame and lives as long as the call.
+ */
+
+/* Finds attribute `name` (attributes arrive sorted by name, so this is a
+ * binary search).  Returns its value pointer and sets `*type`, or NULL. */
+static inline const void *
+hcb_ffi_attr_find(const XLA_FFI_Attrs *attrs, const char *name,
+                  XLA_FFI_AttrType *type)
+{
+    size_t len = strlen(name);
+    int64_t lo = 0, hi = attrs->size - 1;
+
+    while (lo <= hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        const XLA_FFI_ByteSpan *key = attrs->names[mid];
+        size_t n = key->len < len ? key->len : len;
+        int c = memcmp(key->ptr, name, n);
+
+        if (c == 0)
+            c = key->len < len ? -1 : (key->len > len ? 1 : 0);
+        if (c == 0) {
+            if (type != NULL)
+                *type = attrs->types[mid];
+            return attrs->attrs[mid];
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return NULL;
+}
+
+/* What an attribute is, for messages: "a string", "an int32 scalar". */
+static inline void
+hcb_ffi__describe(XLA_FFI_AttrType type, const void *value, char *buf,
+                  size_t cap)
+{
+    const char *dtype = "";
+
+    if (type == XLA_FFI_AttrType_SCALAR)
+        dtype =
+            hcb_dtype_name((hcb_dtype)((const XLA_FFI_Scalar *)value)->dtype);
+    else if (type == XLA_FFI_AttrType_ARRAY)
+        dtype =
+            hcb_dtype_name((hcb_dtype)((const XLA_FFI_Array *)value)->dtype);
+    switch (type) {
+    case XLA_FFI_AttrType_SCALAR:
+    case XLA_FFI_AttrType_ARRAY:
+        snprintf(buf, cap, "%s %s %s",
+                 dtype[0] != '\0' && strchr("aeio", dtype[0]) ? "an" : "a",
+                 dtype, type == XLA_FFI_AttrType_SCALAR ? "scalar" : "array");
+        break;
+    case XLA_FFI_AttrType_STRING:
+        snprintf(buf, cap, "a string");
+        break;
+    case XLA_FFI_AttrType_DICTIONARY:
+        snprintf(buf, cap, "a dictionary");
+        break;
+    default:
+        snprintf(buf, cap, "of unknown kind %d", (int)type);
+    }
+}
+
+/* Finds attribute `name` and checks its kind (and, for scalars and arrays,
+ * its dtype unless `dtype` is HCB_ANY_DTYPE). */
+static inline int
+hcb_ffi__attr_get(const XLA_FFI_Attrs *attrs, const char *name,
+                  XLA_FFI_AttrType want, hcb_dtype dtype, const void **out,
+                  hcb_error *err)
+{
+    XLA_FFI_AttrType type = XLA_FFI_AttrType_STRING;
+    const void *value = hcb_ffi_attr_find(attrs, name, &type);
+    bool ok;
+    char got[64], expected[64];
+
+    if (value == NULL)
+        return hcb_error_set(err, HCB_ENOTFOUND, "missing attribute '%s'",
+                             name);
+    ok = type == want;
+    if (ok && dtype != HCB_ANY_DTYPE && want == XLA_FFI_AttrType_SCALAR)
+        ok = (hcb_dtype)((const XLA_FFI_Scalar *)value)->dtype == dtype;
+    if (ok && dtype != HCB_ANY_DTYPE && want == XLA_FFI_AttrType_ARRAY)
+        ok = (hcb_dtype)((const XLA_FFI_Array *)value)->dtype == dtype;
+    if (!ok) {
+        XLA_FFI_Scalar probe_scalar;
+        XLA_FFI_Array probe_array;
+        const void *probe = NULL;
+
+        if (want == XLA_FFI_AttrType_SCALAR) {
+            probe_scalar.dtype = (XLA_FFI_DataType)dtype;
+            probe = &probe_scalar;
+        } else if (want == XLA_FFI_AttrType_ARRAY) {
+            probe_array.dtype = (XLA_FFI_DataType)dtype;
+            probe = &probe_array;
+        }
+        hcb_ffi__describe(type, value, got, sizeof got);
+        if (dtype == HCB_ANY_DTYPE && probe != NULL)
+            snprintf(expected, sizeof expected, "%s",
+                     want == XLA_FFI_AttrType_SCALAR ? "a scalar" : "an array");
+        else
+            hcb_ffi__describe(want, probe, expected, sizeof expected);
+        return hcb_error_set(err, HCB_EINVAL,
+                             "attribute '%s' is %s, expected %s", name, got,
+                             expected);
+    }
+    *out = value;
+    return HCB_OK;
+}
+
+/* Reads scalar attribute `name` of type `dtype` into `out` (`size` bytes,
+ * the C type's: bool is 1 byte). */
+static inline int
+hcb_ffi_attr_scalar(const XLA_FFI_Attrs *attrs, const char *name,
+                    hcb_dtype dtype, void *out, size_t size, hcb_error *err)
+{
+    const void *v = NULL;
+    int rc =
+        hcb_ffi__attr_get(attrs, name, XLA_FFI_AttrType_SCALAR, dtype, &v, err);
+
+    if (rc == HCB_OK)
+        memcpy(out, ((const XLA_FFI_Scalar *)v)->value, size);
+    return rc;
+}
+
+/* Typed scalar getters: hcb_ffi_attr_bool, _i8, _i16, _i32, _i64, _u8, _u16,
+ * _u32, _u64, _f32, _f64.  The attribute must have exactly that type
+ * (hcb_ffi_attr_int accepts any integer). */
+#define HCB_FFI__SCALAR_GETTER(suffix, ctype, dtype)                           \
+    static inline int hcb_ffi_attr_##suffix(const XLA_FFI_Attrs *attrs,        \
+                                            const char *name, ctype *out,      \
+                                            hcb_error *err)                    \
+    {                                                                          \
+        return hcb_ffi_attr_scalar(attrs, name, dtype, out, sizeof *out, err); \
+    }
+HCB_FFI__SCALAR_GETTER(bool, bool, HCB_BOOL)
+HCB_FFI__SCALAR_GETTER(i8, int8_t, HCB_S8)
+HCB_FFI__SCALAR_GETTER(i16, int16_t, HCB_S16)
+HCB_FFI__SCALAR_GETTER(i32, int32_t, HCB_S32)
+HCB_FFI__SCALAR_GETTER(i64, int64_t, HCB_S64)
+HCB_FFI__SCALAR_GETTER(u8, uint8_t, HCB_U8)
+HCB_FFI__SCALAR_GETTER(u16, uint16_t, HCB_U16)
+HCB_FFI__SCALAR_GETTER(u32, uint32_t, HCB_U32)
+HCB_FFI__SCALAR_GETTER(u64, uint64_t, HCB_U64)
+HCB_FFI__SCALAR_GETTER(f32, float, HCB_F32)
+HCB_FFI__SCALAR_GETTER(f64, double, HCB_F64)
+#undef HCB_FFI__SCALAR_GETTER
+
+/* Reads an integer scalar attribute of any width and signedness (a Python
+ * int arrives as int64, np.uint32(...) as uint32) as int64; a uint64 above
+ * INT64_MAX is an error. */
+static inline int
+hcb_ffi_attr_int(const XLA_FFI_Attrs *attrs, const char *name, int64_t *out,
+                 hcb_error *err)
+{
+    const XLA_FFI_Scalar *s = NULL;
+    int rc = hcb_ffi__attr_get(attrs, name, XLA_FFI_AttrType_SCALAR,
+                               HCB_ANY_DTYPE, (const void **)&s, err);
+
+    if (rc != HCB_OK)
+        return rc;
+    switch ((hcb_dtype)s->dtype) {
+    case HCB_S8:
+        *out = *(const int8_t *)s->value;
+        return HCB_OK;
+    case HCB_S16:
+        *out = *(const int16_t *)s->value;
+        return HCB_OK;
+    case HCB_S32:
+        *out = *(const int32_t *)s->value;
+        return HCB_OK;
+    case HCB_S64:
+        *out = *(const int64_t *)s->value;
+        return HCB_OK;
+    case HCB_U8:
+        *out = *(const uint8_t *)s->value;
+        return HCB_OK;
+    case HCB_U16:
+        *out = *(const uint16_t *)s->value;
+        return HCB_OK;
+    case HCB_U32:
+        *out = *(const uint32_t *)s->value;
+        return HCB_OK;
+    case HCB_U64:
+        if (*(const uint64_t *)s->value > (uint64_t)INT64_MAX)
+            return hcb_error_set(
+                err, HCB_EINVAL,
+                "attribute '%s' is %llu, which does not fit "
+                "an int64",
+                name, (unsigned long long)*(const uint64_t *)s->value);
+        *out = (int64_t) * (const uint64_t *)s->value;
+        return HCB_OK;
+    default:
+        return hcb_error_set(err, HCB_EINVAL,
+                             "attribute '%s' is a %s scalar, expected an "
+                             "integer",
+                             name, hcb_dtype_name((hcb_dtype)s->dtype));
+    }
+}
+
+/* A string attribute: `*ptr` is NOT NUL-terminated; `*len` bytes. */
+static inline int
+hcb_ffi_attr_string(const XLA_FFI_Attrs *attrs, const char *name,
+                    const char **ptr, size_t *len, hcb_error *err)
+{
+    const XLA_FFI_ByteSpan *s = NULL;
+    int rc = hcb_ffi__attr_get(attrs, name, XLA_FFI_AttrType_STRING,
+                               HCB_ANY_DTYPE, (const void **)&s, err);
+
+    if (rc == HCB_OK) {
+        *ptr = s->ptr;
+        *len = s->len;
+    }
+    return rc;
+}
+
+/* A string attribute copied NUL-terminated into `buf` (`cap` bytes); a
+ * string that does not fit is an error. */
+static inline int
+hcb_ffi_attr_string_copy(const XLA_FFI_Attrs *attrs, const char *name,
+                         char *buf, size_t cap, hcb_error *err)
+{
+    const char *p = NULL;
+    size_t n = 0;
+    int rc = hcb_ffi_attr_string(attrs, name, &p, &n, err);
+
+    if (rc != HCB_OK)
+        return rc;
+    if (n >= cap)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "attribute '%s' is a string of %zu bytes, "
+                             "expected at most %zu",
+                             name, n, cap == 0 ? 0 : cap - 1);
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    return HCB_OK;
+}
+
+/* An array attribute of element type `dtype` (or HCB_ANY_DTYPE): `*data`
+ * points at `*n` elements (a count, not bytes). */
+static inline int
+hcb_ffi_attr_array(const XLA_FFI_Attrs *attrs, const char *name,
+                   hcb_dtype dtype, const void **data, size_t *n,
+                   hcb_error *err)
+{
+    const XLA_FFI_Array *a = NULL;
+    int rc = hcb_ffi__attr_get(attrs, name, XLA_FFI_AttrType_ARRAY, dtype,
+                               (const void **)&a, err);
+
+    if (rc == HCB_OK) {
+        *data = a->data;
+        *n = a->size;
+    }
+    return rc;
+}
+
+/* Typed array getters: hcb_ffi_attr_array_i8 ... _u64, _f32, _f64. */
+#define HCB_FFI__ARRAY_GETTER(suffix, ctype, dtype)                            \
+    static inline int hcb_ffi_attr_array_##suffix(                             \
+        const XLA_FFI_Attrs *attrs, const char *name, const ctype **data,      \
+        size_t *n, hcb_error *err)                                             \
+    {                                                                          \
+        const void *p = NULL;                                                  \
+        int rc = hcb_ffi_attr_array(attrs, name, dtype, &p, n, err);           \
+        if (rc == HCB_OK)                                                      \
+            *data = (const ctype *)p;                                          \
+        return rc;                                                             \
+    }
+HCB_FFI__ARRAY_GETTER(i8, int8_t, HCB_S8)
+HCB_FFI__ARRAY_GETTER(i16, int16_t, HCB_S16)
+HCB_FFI__ARRAY_GETTER(i32, int32_t, HCB_S32)
+HCB_FFI__ARRAY_GETTER(i64, int64_t, HCB_S64)
+HCB_FFI__ARRAY_GETTER(u8, uint8_t, HCB_U8)
+HCB_FFI__ARRAY_GETTER(u16, uint16_t, HCB_U16)
+HCB_FFI__ARRAY_GETTER(u32, uint32_t, HCB_U32)
+HCB_FFI__ARRAY_GETTER(u64, uint64_t, HCB_U64)
+HCB_FFI__ARRAY_GETTER(f32, float, HCB_F32)
+HCB_FFI__ARRAY_GETTER(f64, double, HCB_F64)
+#undef HCB_FFI__ARRAY_GETTER
+
+/* A dictionary attribute: `*out` is its attribute list, for the functions
+ * above. */
+static inline int
+hcb_ffi_attr_dict(const XLA_FFI_Attrs *attrs, const char *name,
+                  const XLA_FFI_Attrs **out, hcb_error *err)
+{
+    const void *d = NULL;
+    int rc = hcb_ffi__attr_get(attrs, name, XLA_FFI_AttrType_DICTIONARY,
+                               HCB_ANY_DTYPE, &d, err);
+
+    if (rc == HCB_OK)
+        *out = (const XLA_FFI_Attrs *)d;
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Context: device and stream                                               */
+
+/* The device ordinal XLA runs this call on (CPU: jax.Device.id). */
+static inline int
+hcb_ffi_device_ordinal(const XLA_FFI_CallFrame *frame, int32_t *out,
+                       hcb_error *err)
+{
+    const XLA_FFI_Api *api = frame->api;
+    XLA_FFI_DeviceOrdinal_Get_Args args;
+    XLA_FFI_Error *e;
+
+    if (api->struct_size <= offsetof(XLA_FFI_Api, XLA_FFI_DeviceOrdinal_Get))
+        return hcb_error_set(err, HCB_EUNIMPL,
+                             "this XLA runtime cannot report device ordinals");
+    memset(&args, 0, sizeof args);
+    args.struct_size = XLA_FFI_DeviceOrdinal_Get_Args_STRUCT_SIZE;
+    args.ctx = frame->ctx;
+    e = api->XLA_FFI_DeviceOrdinal_Get(&args);
+    if (e != NULL)
+        return hcb_ffi_take_error(api, e, HCB_EINTERNAL,
+                                  "failed to get the device ordinal", err);
+    *out = args.device_ordinal;
+    return HCB_OK;
+}
+
+/* The platform stream the call runs on (CUDA: the cudaStream_t XLA
+ * computes on; enqueue work on it, do not synchronise it in a handler that
+ * may be captured in a command buffer).  CPU computations have no stream:
+ * HCB_EUNIMPL. */
+static inline int
+hcb_ffi_stream(const XLA_FFI_CallFrame *frame, void **stream, hcb_error *err)
+{
+    XLA_FFI_Stream_Get_Args args;
+    XLA_FFI_Error *e;
+
+    memset(&args, 0, sizeof args);
+    args.struct_size = XLA_FFI_Stream_Get_Args_STRUCT_SIZE;
+    args.ctx = frame->ctx;
+    e = frame->api->XLA_FFI_Stream_Get(&args);
+    if (e != NULL)
+        return hcb_ffi_take_error(frame->api, e, HCB_EUNIMPL,
+                                  "no stream for this call", err);
+    *stream = args.stream;
+    return HCB_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writing a handler                                                        */
+
+/* A handler body: does the work of one call and returns HCB_OK, or an
+ * HCB_E* code after filling `err` (hcb_error_set). */
+typedef int (*hcb_ffi_body)(XLA_FFI_CallFrame *frame, hcb_error *err);
+
+/* Everything around a body: answers the probe (with `traits`), checks that
+ * the stage is EXECUTE, runs `body` and turns its error into the XLA error
+ * "<name>: <message>" the computation fails with. */
+static inline XLA_FFI_Error *
+hcb_ffi_run(XLA_FFI_CallFrame *frame, const char *name,
+            XLA_FFI_Handler_Traits traits, hcb_ffi_body body)
+{
+    XLA_FFI_Error *xe;
+    hcb_error err;
+    int rc;
+
+    if (hcb_ffi_answer_probe(frame, traits))
+        return NULL;
+    if ((xe = hcb_ffi_check_stage(frame, XLA_FFI_ExecutionStage_EXECUTE,
+                                  name)) != NULL)
+        return xe;
+    err.code = HCB_OK;
+    err.message[0] = '\0';
+    rc = body(frame, &err);
+    if (rc == HCB_OK)
+        return NULL;
+    if (err.code == HCB_OK)
+        return hcb_ffi_error(frame, rc < 0 ? rc : HCB_ECALLBACK,
+                             "%s: failed with code %d", name, rc);
+    return hcb_ffi_error(frame, err.code, "%s: %s", name, err.message);
+}
+
+/* Defines an exported handler `symbol` that runs `body` through hcb_ffi_run:
+ *
+ *     static int scale_body(XLA_FFI_CallFrame *frame, hcb_error *err) {...}
+ *     HCB_FFI_HANDLER(my_scale, scale_body, 0)
+ *
+ * then from Python: jax.ffi.register_ffi_target("my_scale",
+ * jax.ffi.pycapsule(lib.my_scale), platform="cpu"). */
+#ifdef __cplusplus
+#define HCB_FFI__LINKAGE extern "C" HCB_API
+#else
+#define HCB_FFI__LINKAGE HCB_API
+#endif
+#define HCB_FFI_HANDLER(symbol, body, traits)                                  \
+    HCB_FFI__LINKAGE XLA_FFI_Error *symbol(XLA_FFI_CallFrame *frame);          \
+    HCB_FFI__LINKAGE XLA_FFI_Error *symbol(XLA_FFI_CallFrame *frame)           \
+    {                                                                          \
+        return hcb_ffi_run(frame, #symbol, (traits), (body));                  \
+    }
 
 /* ------------------------------------------------------------------------ */
 /* The handlers libhcb exports.  Register them for platform "cpu" with

@@ -247,33 +247,58 @@ hcb_register_buffer_callback(PyObject *module, PyObject *args)
     return call_target_registered(&t->base, hcb_py_buffer_call);
 }
 
-/* register_native_call(fn_address, user_address, name) -> int: a C
- * hcb_call_fn called with no Python at all. */
+/* register_native_tap / register_native_call(fn_address, user_address,
+ * name) -> int: a C hcb_tap_fn / hcb_call_fn, run with no Python at all. */
 static PyObject *
-hcb_register_native_call(PyObject *module, PyObject *args)
+register_native(PyObject *module, PyObject *args, bool is_call)
 {
-    hcb_call_target target = HCB_CALL_TARGET_INIT;
     unsigned long long fn, user;
     const char *name;
     Py_ssize_t name_len;
     uint64_t id = 0;
     hcb_error err;
+    int rc;
 
-    if (!PyArg_ParseTuple(args, "KKs#:register_native_call", &fn, &user, &name,
-                          &name_len))
+    if (!PyArg_ParseTuple(args, "KKs#", &fn, &user, &name, &name_len))
         return NULL;
     if (fn == 0) {
         PyErr_SetString(PyExc_ValueError, "the C function pointer is NULL");
         return NULL;
     }
-    target.fn = (hcb_call_fn)(uintptr_t)fn;
-    target.user = (void *)(uintptr_t)user;
-    target.name = name;
-    target.name_len = (size_t)name_len;
-    if (hcb_runtime_register_call(state_of(module)->rt, &target, &id, &err) !=
-        HCB_OK)
+    if (is_call) {
+        hcb_call_target target = HCB_CALL_TARGET_INIT;
+
+        target.fn = (hcb_call_fn)(uintptr_t)fn;
+        target.user = (void *)(uintptr_t)user;
+        target.name = name;
+        target.name_len = (size_t)name_len;
+        rc = hcb_runtime_register_call(state_of(module)->rt, &target, &id,
+                                       &err);
+    } else {
+        hcb_tap_target target = HCB_TAP_TARGET_INIT;
+
+        target.fn = (hcb_tap_fn)(uintptr_t)fn;
+        target.user = (void *)(uintptr_t)user;
+        target.name = name;
+        target.name_len = (size_t)name_len;
+        rc = hcb_runtime_register_tap(state_of(module)->rt, &target, &id,
+                                      &err);
+    }
+    if (rc != HCB_OK)
         return raise_hcb(&err);
     return PyLong_FromUnsignedLongLong(id);
+}
+
+static PyObject *
+hcb_register_native_tap(PyObject *module, PyObject *args)
+{
+    return register_native(module, args, false);
+}
+
+static PyObject *
+hcb_register_native_call(PyObject *module, PyObject *args)
+{
+    return register_native(module, args, true);
 }
 
 static PyObject *
@@ -502,6 +527,8 @@ static PyMethodDef hcb_methods[] = {
     {"register_buffer_callback", hcb_register_buffer_callback, METH_VARARGS,
      "register_buffer_callback(site, name) -> id: a Python buffer "
      "callback."},
+    {"register_native_tap", hcb_register_native_tap, METH_VARARGS,
+     "register_native_tap(fn, user, name) -> id: a C hcb_tap_fn."},
     {"register_native_call", hcb_register_native_call, METH_VARARGS,
      "register_native_call(fn, user, name) -> id: a C hcb_call_fn."},
     {"submit_tap", hcb_submit_tap, METH_VARARGS,

@@ -9,16 +9,24 @@ line::
 asynchronously, through per-device bounded queues served by C consumer
 threads.  ``call`` calls a Python function synchronously and returns its
 checked result to the computation.  ``barrier_wait`` waits for every
-pending tap and reports exceptions raised by callbacks.  See README.md and
-docs/.
+pending tap and reports exceptions raised by callbacks.  ``native_tap`` and
+``native_call`` make C functions callbacks (no Python, no GIL per call);
+``get_include``/``get_library`` locate the C API.  See README.md and docs/.
 """
 
 from host_callback._buffer import Buffer
 from host_callback._buffer import ExecutionContext
 from host_callback._buffer import ExecutionStage
-from host_callback._buffer import NativeCallback
 from host_callback._buffer import buffer_callback
 from host_callback._call import call
+from host_callback._install import get_cmake_dir
+from host_callback._install import get_include
+from host_callback._install import get_library
+from host_callback._install import get_pkgconfig_dir
+from host_callback._native import NativeCallback
+from host_callback._native import NativeTap
+from host_callback._native import native_call
+from host_callback._native import native_tap
 from host_callback._runtime import barrier_wait
 from host_callback._runtime import stats
 from host_callback._runtime import stop_outfeed_receiver
@@ -36,11 +44,18 @@ __all__ = [
     "ExecutionContext",
     "ExecutionStage",
     "NativeCallback",
+    "NativeTap",
     "TapFunctionException",
     "barrier_wait",
     "buffer_callback",
     "call",
+    "get_cmake_dir",
+    "get_include",
+    "get_library",
+    "get_pkgconfig_dir",
     "id_tap",
+    "native_call",
+    "native_tap",
     "stats",
     "stop_outfeed_receiver",
 ]

@@ -11,7 +11,6 @@ all.
 
 from __future__ import annotations
 
-import ctypes
 import enum
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -29,6 +28,8 @@ from host_callback import _containers
 from host_callback import _hcb
 from host_callback import _lowering
 from host_callback import _runtime
+from host_callback._native import NativeCallback
+from host_callback._native import NativeTap
 from host_callback._types import CallbackFlavor
 
 Buffer = _hcb.Buffer
@@ -63,51 +64,6 @@ class ExecutionContext:
 
   def __repr__(self) -> str:
     return f"ExecutionContext(device={self.device}, stage={self.stage.name})"
-
-
-class NativeCallback:
-  """A C function as a buffer callback: no Python and no GIL when it runs.
-
-  The function has the signature of ``hcb_call_fn`` (include/hcb/hcb.h)::
-
-      int fn(void *user, hcb_device device, const hcb_array *args,
-             size_t nargs, const hcb_array *results, size_t nresults,
-             hcb_error *err);
-
-  and writes each ``results[i].data`` in place.
-
-  Args:
-    fn: the function: a ctypes function pointer (e.g. ``lib.my_fn``) or its
-      address as an int.  It must stay loaded for the rest of the process.
-    user: the ``user`` pointer it receives (an int address, or None).
-    name: its name in error messages.
-  """
-
-  def __init__(self, fn: Any, user: int | None = None,
-               name: str | None = None):
-    if isinstance(fn, int):
-      address = fn
-    else:
-      address = ctypes.cast(fn, ctypes.c_void_p).value or 0
-    if not address:
-      raise ValueError(f"NativeCallback: {fn!r} is not a C function pointer")
-    self.fn = fn  # keeps a ctypes library object alive
-    self.address = address
-    self.user = int(user or 0)
-    self.name = name or getattr(fn, "__name__", None) or hex(address)
-
-  def __hash__(self) -> int:
-    return hash((self.address, self.user))
-
-  def __eq__(self, other: object) -> bool:
-    return (isinstance(other, NativeCallback) and
-            (other.address, other.user) == (self.address, self.user))
-
-  def __repr__(self) -> str:
-    return f"NativeCallback({self.name})"
-
-  def register(self) -> int:
-    return _hcb.register_native_call(self.address, self.user, self.name)
 
 
 class BufferSite(NamedTuple):
@@ -231,7 +187,8 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
   callback returns raises on use.  The callback must return ``None``.
 
   Args:
-    callback: the Python function, or a :class:`NativeCallback`.
+    callback: the Python function, or a C function from
+      :func:`native_call`.
     result_shape_dtypes: a pytree of objects with ``shape`` and ``dtype``
       (e.g. ``jax.ShapeDtypeStruct``): the results.
     has_side_effect: keep the call even when its results are unused.
@@ -244,6 +201,9 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
   Returns:
     A function of arrays (pytrees) that returns the results as JAX arrays.
   """
+  if isinstance(callback, NativeTap):
+    raise TypeError(f"buffer_callback: {callback!r} is a native tap; a native "
+                    "buffer callback is made with host_callback.native_call")
   if not (callable(callback) or isinstance(callback, NativeCallback)):
     raise TypeError(f"callback must be callable, got {callback!r}")
   _batching.check_vmap_method(vmap_method)

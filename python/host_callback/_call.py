@@ -28,6 +28,8 @@ from host_callback import _containers
 from host_callback import _leaves
 from host_callback import _lowering
 from host_callback import _runtime
+from host_callback._native import NativeCallback
+from host_callback._native import NativeTap
 from host_callback._runtime import CallSite
 from host_callback._types import CallbackFlavor
 
@@ -187,7 +189,9 @@ def call(callback_func: Callable[..., Any], arg: Any, *,
   re-raised by :func:`barrier_wait`.
 
   Args:
-    callback_func: the host function, ``callback_func(arg[, device=])``.
+    callback_func: the host function, ``callback_func(arg[, device=])``, or
+      a C function from :func:`native_call` (it receives the flattened
+      leaves and always the device, and writes XLA's result buffers).
     arg: a pytree of arrays (or values convertible to arrays).
     result_shape: the declared result: a numeric scalar (its shape and
       dtype), anything with ``.shape`` and ``.dtype`` (e.g.
@@ -217,7 +221,12 @@ def call(callback_func: Callable[..., Any], arg: Any, *,
       differentiation (wrap the caller in ``jax.custom_jvp``/``custom_vjp``);
       ``vmap`` without ``vmap_method``.
   """
-  if not callable(callback_func):
+  native = isinstance(callback_func, NativeCallback)
+  if isinstance(callback_func, NativeTap):
+    raise TypeError(f"host_callback.call: {callback_func!r} is a native tap; "
+                    "a native call function is made with "
+                    "host_callback.native_call")
+  if not (native or callable(callback_func)):
     raise TypeError(f"callback_func must be callable, got {callback_func!r}")
   if not isinstance(callback_flavor, CallbackFlavor):
     raise TypeError("callback_flavor must be a CallbackFlavor, got "
@@ -233,11 +242,12 @@ def call(callback_func: Callable[..., Any], arg: Any, *,
   sent = _leaves.key_data_of_keys(leaves)
   result_treedef, result_avals = _declared_results(result_shape)
   narrow = jax.dtypes.canonicalize_dtype(np.float64) != np.float64
-  site = CallSite(_runtime.hashable_callable(callback_func), arg_treedef,
+  site = CallSite(callback_func if native else
+                  _runtime.hashable_callable(callback_func), arg_treedef,
                   result_treedef, result_avals, bool(call_with_device),
                   bool(narrow))
 
-  if _config.INLINE and not _leaves.any_tracer(sent):
+  if _config.INLINE and not native and not _leaves.any_tracer(sent):
     value = arg_treedef.unflatten([np.asarray(x) for x in sent])
     if call_with_device:
       result = callback_func(value,

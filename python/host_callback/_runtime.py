@@ -22,6 +22,8 @@ import numpy as np
 
 from host_callback import _config
 from host_callback import _hcb
+from host_callback._native import NativeCallback
+from host_callback._native import NativeTap
 from host_callback._types import CallbackException
 
 logger = logging.getLogger("host_callback")
@@ -58,6 +60,8 @@ class TapSite(NamedTuple):
   with_device: bool
 
   def register(self) -> int:
+    if isinstance(self.func, NativeTap):  # one id, whatever the site
+      return site_id(self.func)
     return _hcb.register_tap(self, callable_name(self.func))
 
 
@@ -76,6 +80,8 @@ class CallSite(NamedTuple):
   narrow_x64: bool
 
   def register(self) -> int:
+    if isinstance(self.func, NativeCallback):  # one id, whatever the site
+      return site_id(self.func)
     return _hcb.register_call(self, callable_name(self.func))
 
 
@@ -124,6 +130,8 @@ def callable_name(func: Callable[..., Any]) -> str:
   """The name messages use for a callback (the runtime keeps 63 bytes: a
   longer name keeps its end)."""
   func = func.func if isinstance(func, _CallableKey) else func
+  if isinstance(func, (NativeTap, NativeCallback)):
+    return func.name[-63:]
   name = str(getattr(func, "__qualname__", None) or repr(func))
   return name if len(name) <= 63 else "..." + name[-60:]
 
@@ -163,7 +171,7 @@ class _State:
   """The Python side's process-wide state, guarded by ``lock``."""
 
   def __init__(self) -> None:
-    self.lock = threading.Lock()
+    self.lock = threading.RLock()  # site_id re-enters for native sites
     self.site_ids: dict[tuple[type, Any], int] = {}
     self.handlers_registered = False
     self.atexit_registered = False

@@ -35,6 +35,8 @@ from host_callback import _containers
 from host_callback import _leaves
 from host_callback import _lowering
 from host_callback import _runtime
+from host_callback._native import NativeCallback
+from host_callback._native import NativeTap
 from host_callback._types import CallbackFlavor
 
 tap_p = Primitive("hcb_tap")
@@ -169,7 +171,9 @@ def id_tap(tap_func: Callable[..., Any], arg: Any, *, result: Any = None,
   logged and re-raised by :func:`barrier_wait`.
 
   Args:
-    tap_func: the host function, ``tap_func(arg, transforms[, device=])``.
+    tap_func: the host function, ``tap_func(arg, transforms[, device=])``,
+      or a C function from :func:`native_tap` (it receives the flattened
+      leaves and always the device).
     arg: a pytree of arrays (or values convertible to arrays).
     result: if given, returned instead of ``arg``; it is not sent to the
       host, but the tap still happens before it is used.
@@ -185,7 +189,11 @@ def id_tap(tap_func: Callable[..., Any], arg: Any, *, result: Any = None,
         "Support for **kwargs in ``id_tap`` has been removed. Instead, "
         "pre-apply keyword arguments, either by using a closure or by "
         "passing ``functools.partial(tap_func, **kwargs)``.")
-  if not callable(tap_func):
+  native = isinstance(tap_func, NativeTap)
+  if isinstance(tap_func, NativeCallback):
+    raise TypeError(f"id_tap: {tap_func!r} is a native call function; a "
+                    "native tap is made with host_callback.native_tap")
+  if not (native or callable(tap_func)):
     raise TypeError(f"tap_func must be callable, got {tap_func!r}")
   if not isinstance(callback_flavor, CallbackFlavor):
     raise TypeError("callback_flavor must be a CallbackFlavor, got "
@@ -193,7 +201,8 @@ def id_tap(tap_func: Callable[..., Any], arg: Any, *, result: Any = None,
 
   leaves, treedef = _leaves.flatten(arg)
   tapped = _leaves.key_data_of_keys(leaves)
-  site = _runtime.TapSite(_runtime.hashable_callable(tap_func), treedef,
+  site = _runtime.TapSite(tap_func if native else
+                          _runtime.hashable_callable(tap_func), treedef,
                           _runtime.Transforms(), bool(tap_with_device))
 
   if result is not None:
@@ -201,7 +210,8 @@ def id_tap(tap_func: Callable[..., Any], arg: Any, *, result: Any = None,
   else:
     res_leaves, res_treedef = [], None
 
-  if _config.INLINE and not _leaves.any_tracer(tapped + res_leaves):
+  if (_config.INLINE and not native and
+      not _leaves.any_tracer(tapped + res_leaves)):
     _tap_inline(site, tapped, device_index)
     return arg if result is None else result
 

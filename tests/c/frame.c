@@ -29,6 +29,27 @@ fake_device_ordinal(XLA_FFI_DeviceOrdinal_Get_Args *args)
     return NULL;
 }
 
+static void
+fake_error_get_message(XLA_FFI_Error_GetMessage_Args *args)
+{
+    args->message = ((test_error *)args->error)->message;
+}
+
+void *test_stream = NULL;
+
+static XLA_FFI_Error *
+fake_stream_get(XLA_FFI_Stream_Get_Args *args)
+{
+    XLA_FFI_Error_Create_Args e = {XLA_FFI_Error_Create_Args_STRUCT_SIZE, NULL,
+                                   "no GPU context here",
+                                   XLA_FFI_Error_Code_UNIMPLEMENTED};
+
+    if (test_stream == NULL)
+        return fake_error_create(&e);
+    args->stream = test_stream;
+    return NULL;
+}
+
 static XLA_FFI_Api fake_api;
 
 void
@@ -39,6 +60,8 @@ tf_init(test_frame *tf)
     fake_api.XLA_FFI_Error_Create = fake_error_create;
     fake_api.XLA_FFI_Error_Destroy = fake_error_destroy;
     fake_api.XLA_FFI_DeviceOrdinal_Get = fake_device_ordinal;
+    fake_api.XLA_FFI_Error_GetMessage = fake_error_get_message;
+    fake_api.XLA_FFI_Stream_Get = fake_stream_get;
     tf->frame.struct_size = sizeof tf->frame;
     tf->frame.api = &fake_api;
     tf->frame.stage = XLA_FFI_ExecutionStage_EXECUTE;
@@ -83,17 +106,26 @@ tf_add_buffer(test_frame *tf, XLA_FFI_DataType dtype, void *data, int64_t rank,
     tf_add_ret(tf, dtype, ret_data != NULL ? ret_data : data, rank, dims);
 }
 
-static void
-add_scalar(test_frame *tf, const char *name, XLA_FFI_DataType dtype,
-           void *value)
+void
+tf_add_attr(test_frame *tf, const char *name, XLA_FFI_AttrType type,
+            void *value)
 {
     int64_t i = tf->frame.attrs.size++;
 
     tf->names[i] = (XLA_FFI_ByteSpan){name, strlen(name)};
     tf->name_ptrs[i] = &tf->names[i];
-    tf->attr_types[i] = XLA_FFI_AttrType_SCALAR;
+    tf->attr_types[i] = type;
+    tf->attr_ptrs[i] = value;
+}
+
+static void
+add_scalar(test_frame *tf, const char *name, XLA_FFI_DataType dtype,
+           void *value)
+{
+    int64_t i = tf->frame.attrs.size;
+
     tf->scalars[i] = (XLA_FFI_Scalar){dtype, value};
-    tf->attr_ptrs[i] = &tf->scalars[i];
+    tf_add_attr(tf, name, XLA_FFI_AttrType_SCALAR, &tf->scalars[i]);
 }
 
 void

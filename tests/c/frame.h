@@ -1,6 +1,6 @@
 /*
  * frame.h - hand-built XLA FFI call frames for the handler tests, with a
- * minimal fake XLA_FFI_Api (errors and the device ordinal).
+ * minimal fake XLA_FFI_Api (errors, the device ordinal and the stream).
  */
 #ifndef HCB_TEST_FRAME_H
 #define HCB_TEST_FRAME_H
@@ -31,6 +31,7 @@ typedef struct test_error {
 } test_error;
 
 extern int32_t test_device_ordinal; /* what DeviceOrdinal_Get reports */
+extern void *test_stream; /* what Stream_Get reports; NULL: it fails */
 
 void tf_init(test_frame *tf);
 /* Adds an operand/result pair; the result aliases the operand unless
@@ -45,6 +46,10 @@ void tf_add_ret(test_frame *tf, XLA_FFI_DataType dtype, void *data,
 /* Attributes must be added in sorted name order, as XLA sorts them. */
 void tf_add_u64(test_frame *tf, const char *name, uint64_t v);
 void tf_add_i64(test_frame *tf, const char *name, int64_t v);
+/* Any attribute: `value` (borrowed) is what XLA would point at for `type`
+ * (XLA_FFI_Scalar, XLA_FFI_Array, XLA_FFI_ByteSpan or XLA_FFI_Attrs). */
+void tf_add_attr(test_frame *tf, const char *name, XLA_FFI_AttrType type,
+                 void *value);
 
 /* Reads and frees an error a handler returned (NULL: success -> 0). */
 int tf_error_code(XLA_FFI_Error *e, char *msg, size_t cap);

@@ -1,0 +1,165 @@
+"""Native callbacks: C functions used where ``id_tap``, ``call`` and
+``buffer_callback`` take a Python function.
+
+A native tap is an ``hcb_tap_fn`` and a native call an ``hcb_call_fn``
+(include/hcb/hcb.h).  They are registered directly as targets of the C
+runtime, so nothing in Python runs when they are called: a native tap runs
+on the device's consumer thread with the GIL free, a native call on XLA's
+thread with views of XLA's own buffers (no copy in either direction).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+from host_callback import _hcb
+
+
+def _address_of(fn: Any, symbol: str | None, what: str) -> tuple[int, Any, str]:
+  """(address, object to keep alive, default name) of a C function given as
+  a ctypes function, an int address, or a library path and a symbol."""
+  if isinstance(fn, (str, os.PathLike)):
+    if symbol is None:
+      raise TypeError(f"{what}: a library path needs the name of the C "
+                      f"function too, e.g. {what}({os.fspath(fn)!r}, "
+                      "'my_function')")
+    try:
+      lib = ctypes.CDLL(os.fspath(fn))
+    except OSError as e:
+      raise ValueError(f"{what}: cannot load the library {os.fspath(fn)!r}: "
+                       f"{e}") from None
+    try:
+      func = getattr(lib, symbol)
+    except AttributeError:
+      raise ValueError(f"{what}: the library {os.fspath(fn)!r} has no symbol "
+                       f"{symbol!r}") from None
+    return ctypes.cast(func, ctypes.c_void_p).value or 0, lib, symbol
+  if symbol is not None:
+    raise TypeError(f"{what}: a symbol name goes with a library path, not "
+                    f"with {fn!r}")
+  if isinstance(fn, bool):
+    raise TypeError(f"{what}: expected a C function, got {fn!r}")
+  if isinstance(fn, int):
+    return fn, None, hex(fn)
+  if isinstance(fn, ctypes._CFuncPtr):  # type: ignore[attr-defined]
+    return (ctypes.cast(fn, ctypes.c_void_p).value or 0, fn,
+            getattr(fn, "__name__", None) or "")
+  raise TypeError(f"{what}: expected a ctypes function pointer, an address "
+                  f"or a library path and symbol, got {fn!r}")
+
+
+class _Native:
+  """A C function with its ``user`` pointer, as a callback."""
+
+  _what = "native callback"
+
+  def __init__(self, fn: Any, symbol: str | None = None, *,
+               user: int | ctypes.c_void_p | None = None,
+               name: str | None = None):
+    address, keep, default_name = _address_of(fn, symbol, self._what)
+    if not address:
+      raise ValueError(f"{self._what}: {fn!r} is not a C function pointer "
+                       "(NULL)")
+    if isinstance(user, ctypes.c_void_p):
+      user = user.value
+    self.fn = keep  # keeps a ctypes library or function alive
+    self.address = address
+    self.user = int(user or 0)
+    self.name = name or default_name or hex(address)
+
+  def __hash__(self) -> int:
+    return hash((type(self), self.address, self.user))
+
+  def __eq__(self, other: object) -> bool:
+    return (type(other) is type(self) and
+            (other.address, other.user) == (self.address, self.user))  # type: ignore[attr-defined]
+
+  def __repr__(self) -> str:
+    return f"{type(self).__name__}({self.name})"
+
+
+class NativeTap(_Native):
+  """A C ``hcb_tap_fn`` as the ``tap_func`` of :func:`id_tap`.
+
+  The function (include/hcb/hcb.h)::
+
+      int fn(void *user, hcb_record *rec, hcb_error *err);
+
+  runs on the consumer thread of the record's device, with no Python and
+  no GIL, once per tap, in the order the device issued them.
+  ``hcb_record_args(rec)`` are the flattened leaves of ``arg`` (batched
+  under ``vmap``; there are no ``transforms``) and
+  ``hcb_record_device(rec)`` the device.  Returning non-zero after filling
+  ``err`` records the error: :func:`barrier_wait` raises it as
+  :class:`CallbackException` with that message.  Make it with
+  :func:`native_tap`.
+  """
+
+  _what = "native_tap"
+
+  def register(self) -> int:
+    return _hcb.register_native_tap(self.address, self.user, self.name)
+
+
+class NativeCallback(_Native):
+  """A C ``hcb_call_fn`` as the callback of :func:`call` or
+  :func:`buffer_callback`.
+
+  The function (include/hcb/hcb.h)::
+
+      int fn(void *user, hcb_device device, const hcb_array *args,
+             size_t nargs, const hcb_array *results, size_t nresults,
+             hcb_error *err);
+
+  runs on the XLA thread that waits for it, with no Python and no GIL.
+  ``args`` and ``results`` are XLA's own buffers (the flattened argument
+  and ``result_shape``); it writes each ``results[i].data`` in place.
+  Returning non-zero after filling ``err`` fails the computation with that
+  message (and :func:`barrier_wait` raises it too).  Make it with
+  :func:`native_call`.
+  """
+
+  _what = "native_call"
+
+  def register(self) -> int:
+    return _hcb.register_native_call(self.address, self.user, self.name)
+
+
+def native_tap(fn: Any, symbol: str | None = None, *,
+               user: int | ctypes.c_void_p | None = None,
+               name: str | None = None) -> NativeTap:
+  """A C tap function to pass to :func:`id_tap` in place of a Python one.
+
+  Args:
+    fn: the ``hcb_tap_fn``: a ctypes function (``ctypes.CDLL(path).f``), its
+      address as an int, or the path of a shared library (then ``symbol``
+      names the function).  It must stay loaded for the rest of the process.
+    symbol: the function's name in the library ``fn``.
+    user: the ``void *user`` it receives (an address, or None for NULL); what
+      it points at must outlive every computation that taps with it.
+    name: its name in error messages (default: the symbol's).
+
+  Example::
+
+      tap = hcb.native_tap("./libmytaps.so", "log_norms")
+      y = hcb.id_tap(tap, x)   # inside jit, scan, vmap, ...
+  """
+  return NativeTap(fn, symbol, user=user, name=name)
+
+
+def native_call(fn: Any, symbol: str | None = None, *,
+                user: int | ctypes.c_void_p | None = None,
+                name: str | None = None) -> NativeCallback:
+  """A C call function to pass to :func:`call` or :func:`buffer_callback`
+  in place of a Python one.
+
+  Arguments as for :func:`native_tap`; ``fn`` is an ``hcb_call_fn``.
+
+  Example::
+
+      solve = hcb.native_call("./libsolvers.so", "tridiagonal")
+      x = hcb.call(solve, (a, b, c, d), result_shape=d)
+  """
+  return NativeCallback(fn, symbol, user=user, name=name)
