@@ -272,8 +272,8 @@ register_native(PyObject *module, PyObject *args, bool is_call)
         target.user = (void *)(uintptr_t)user;
         target.name = name;
         target.name_len = (size_t)name_len;
-        rc = hcb_runtime_register_call(state_of(module)->rt, &target, &id,
-                                       &err);
+        rc =
+            hcb_runtime_register_call(state_of(module)->rt, &target, &id, &err);
     } else {
         hcb_tap_target target = HCB_TAP_TARGET_INIT;
 
@@ -281,8 +281,7 @@ register_native(PyObject *module, PyObject *args, bool is_call)
         target.user = (void *)(uintptr_t)user;
         target.name = name;
         target.name_len = (size_t)name_len;
-        rc = hcb_runtime_register_tap(state_of(module)->rt, &target, &id,
-                                      &err);
+        rc = hcb_runtime_register_tap(state_of(module)->rt, &target, &id, &err);
     }
     if (rc != HCB_OK)
         return raise_hcb(&err);
