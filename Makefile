@@ -8,6 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 XLA_INC = $(shell $(PY) -c "import jax.ffi; print(jax.ffi.include_dir())")
 CMAKE_C = cmake -S . -G Ninja -DHCB_BUILD_TESTS=ON -DHCB_WERROR=ON -DPython_EXECUTABLE=$(abspath $(PY))
+C_SOURCES = include/hcb/*.h src/*.[ch] python/_hcb/*.[ch] tests/c/*.[ch] tests/c/*.cpp examples/*/*.c
 DEBIAN_PACKAGES := libcmocka-dev cmake ninja-build gcc clang valgrind
 
 .PHONY: demo test setup install ctest ctest-asan ctest-tsan pytest format format-check clean
@@ -57,10 +58,10 @@ pytest: install
 	$(PY) -m pytest -q tests/python
 
 format:
-	clang-format -i include/hcb/*.h src/*.[ch] python/_hcb/*.[ch] tests/c/*.[ch]
+	clang-format -i $(C_SOURCES)
 
 format-check:
-	clang-format --dry-run --Werror include/hcb/*.h src/*.[ch] python/_hcb/*.[ch] tests/c/*.[ch]
+	clang-format --dry-run --Werror $(C_SOURCES)
 
 clean:
 	rm -rf build

@@ -37,6 +37,26 @@ void hcb__mutex_destroy(hcb__mutex *mu);
 void hcb__mutex_lock(hcb__mutex *mu);
 void hcb__mutex_unlock(hcb__mutex *mu);
 
+/* A pause for spin loops: tells the CPU this is a busy wait. */
+static inline void
+hcb__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Thread-local variables of libhcb: initial-exec, so that reading one is a
+ * plain load instead of a __tls_get_addr call (libhcb has two pointers'
+ * worth; the C library reserves room for that in dlopen'ed objects). */
+#if defined(__GNUC__) || defined(__clang__)
+#define HCB__TLS _Thread_local __attribute__((tls_model("initial-exec")))
+#else
+#define HCB__TLS _Thread_local
+#endif
+
 int hcb__cond_init(hcb__cond *cv); /* waits use CLOCK_MONOTONIC */
 void hcb__cond_destroy(hcb__cond *cv);
 void hcb__cond_wait(hcb__cond *cv, hcb__mutex *mu);

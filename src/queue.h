@@ -23,6 +23,10 @@ typedef struct hcb__queue {
     uint64_t waits, wait_ns; /* producers that waited, and for how long */
     bool closing;            /* the consumer exits once the queue is empty */
     bool consumer_active;    /* a consumer is (or is about to be) popping */
+
+    /* `pushed`, readable without `mu`, for the consumer's short poll
+     * before it sleeps (see hcb__queue_pop). */
+    _Atomic uint64_t pushed_hint;
 } hcb__queue;
 
 int hcb__queue_init(hcb__queue *q, size_t max_bytes);
@@ -37,14 +41,16 @@ void hcb__queue_set_max_bytes(hcb__queue *q, size_t max_bytes);
  * queue's own consumer thread: it never waits (it would wait for itself). */
 bool hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer);
 
-/* Removes the oldest record, waiting for one.  Returns NULL, and marks the
- * consumer inactive, once the queue is closing and empty.  The caller owns
- * the record and must call hcb__queue_done with its size when finished. */
+/* Removes every queued record, waiting for one, and returns them oldest
+ * first, linked by `next`.  Returns NULL, and marks the consumer inactive,
+ * once the queue is closing and empty.  The caller owns the records and
+ * must call hcb__queue_done for them (count and total size) when
+ * finished. */
 hcb_record *hcb__queue_pop(hcb__queue *q);
 
-/* Marks one popped record finished: frees its bytes against the bound and
- * wakes producers and barriers. */
-void hcb__queue_done(hcb__queue *q, size_t size);
+/* Marks `records` popped records of `bytes` in all finished: frees their
+ * bytes against the bound and wakes producers and barriers. */
+void hcb__queue_done(hcb__queue *q, uint64_t records, size_t bytes);
 
 /* Waits until every record pushed before the call is done. */
 void hcb__queue_wait_done(hcb__queue *q);

@@ -97,7 +97,7 @@ struct hcb_runtime {
 };
 
 /* The channel whose consumer this thread is, or NULL. */
-static _Thread_local channel *current_consumer;
+static HCB__TLS channel *current_consumer;
 
 /* ---- channels ----------------------------------------------------------- */
 
@@ -376,15 +376,22 @@ static void *
 consumer_main(void *arg)
 {
     channel *ch = arg;
-    hcb_record *rec;
+    hcb_record *rec, *next;
 
     current_consumer = ch;
     while ((rec = hcb__queue_pop(&ch->queue)) != NULL) {
-        size_t size = rec->size;
+        uint64_t records = 0;
+        size_t bytes = 0;
 
-        deliver(ch, rec);
-        hcb_record_release(rec);
-        hcb__queue_done(&ch->queue, size);
+        for (; rec != NULL; rec = next) {
+            next = rec->next;
+            rec->next = NULL;
+            records++;
+            bytes += rec->size;
+            deliver(ch, rec);
+            hcb_record_release(rec);
+        }
+        hcb__queue_done(&ch->queue, records, bytes);
     }
     current_consumer = NULL;
     return NULL;

@@ -131,8 +131,9 @@ stats_body(XLA_FFI_CallFrame *frame, hcb_error *err)
     CHECK(hcb_ffi_result(frame, 3, HCB_S32, 0, &arg, err));
     n = x.dims[0];
     if (n == 0)
-        return hcb_error_set(err, HCB_EINVAL, "the statistics of an empty "
-                                              "array are undefined");
+        return hcb_error_set(err, HCB_EINVAL,
+                             "the statistics of an empty "
+                             "array are undefined");
     in = (const float *)x.data;
     *(float *)lo.data = *(float *)hi.data = in[0];
     for (i = 0; i < n; i++) {
@@ -235,7 +236,8 @@ hcb_example_count_get(void)
     return atomic_load(&counter);
 }
 
-/* ---- vmap ----------------------------------------------------------------- */
+/* ---- vmap -----------------------------------------------------------------
+ */
 
 static atomic_int add_calls;
 static atomic_long add_last_shape; /* batch of x * 1000 + batch of y */
@@ -271,14 +273,15 @@ add_body(XLA_FFI_CallFrame *frame, hcb_error *err)
     bx = batch_of(&x), by = batch_of(&y), b = batch_of(&out);
     if (y.dims[y.rank - 1] != n || out.dims[out.rank - 1] != n ||
         (bx != b && bx != 1) || (by != b && by != 1))
-        return hcb_error_set(err, HCB_EINVAL, "operand shapes do not "
-                                              "broadcast to the result");
+        return hcb_error_set(err, HCB_EINVAL,
+                             "operand shapes do not "
+                             "broadcast to the result");
     px = (const float *)x.data, py = (const float *)y.data;
     po = (float *)out.data;
     for (i = 0; i < b; i++)
         for (j = 0; j < n; j++)
-            po[i * n + j] = px[(bx == 1 ? 0 : i) * n + j] +
-                            py[(by == 1 ? 0 : i) * n + j];
+            po[i * n + j] =
+                px[(bx == 1 ? 0 : i) * n + j] + py[(by == 1 ? 0 : i) * n + j];
     atomic_fetch_add(&add_calls, 1);
     atomic_store(&add_last_shape, (long)(bx * 1000 + by));
     return HCB_OK;
@@ -301,7 +304,8 @@ hcb_example_add_last_batches(void)
     return atomic_load(&add_last_shape);
 }
 
-/* ---- errors --------------------------------------------------------------- */
+/* ---- errors ---------------------------------------------------------------
+ */
 
 /* Always fails, with a message that names the `reason` attribute. */
 static int
@@ -315,7 +319,8 @@ fail_body(XLA_FFI_CallFrame *frame, hcb_error *err)
 }
 HCB_FFI_HANDLER(hcb_example_fail, fail_body, 0)
 
-/* ---- a legacy custom call ------------------------------------------------- */
+/* ---- a legacy custom call -------------------------------------------------
+ */
 
 /* The untyped API that predates the FFI (custom_call_api_version 3,
  * "status returning unified"): flat pointers and the opaque
@@ -344,7 +349,8 @@ hcb_example_legacy_scale(void *out, const void **in, const char *opaque,
         y[i] = x[i] * scale;
 }
 
-/* ---- the cheapest handler --------------------------------------------------- */
+/* ---- the cheapest handler ---------------------------------------------------
+ */
 
 /* Result aliases the operand; does nothing (the floor a benchmark compares
  * callbacks with). */

@@ -99,9 +99,9 @@ produce(void *arg)
     for (b = 0; b < BATCHES; b++) {
         for (i = 0; i < BATCH; i++)
             samples[i] = b * BATCH + i;
-        if (hcb_record_create(p->tap_id, HCB_DEVICE(HCB_PLATFORM_CPU,
-                                                    p->ordinal),
-                              &a, 1, &rec, &err) != HCB_OK ||
+        if (hcb_record_create(p->tap_id,
+                              HCB_DEVICE(HCB_PLATFORM_CPU, p->ordinal), &a, 1,
+                              &rec, &err) != HCB_OK ||
             hcb_runtime_submit(p->rt, rec, &err) != HCB_OK) {
             fprintf(stderr, "device %d: %s\n", (int)p->ordinal, err.message);
             p->failed = 1;
@@ -114,8 +114,7 @@ produce(void *arg)
 static int
 fail(const hcb_error *err)
 {
-    fprintf(stderr, "error: %s (%s)\n", err->message,
-            hcb_strerror(err->code));
+    fprintf(stderr, "error: %s (%s)\n", err->message, hcb_strerror(err->code));
     return 1;
 }
 
@@ -178,8 +177,8 @@ main(void)
 
     for (d = 0; d < DEVICES; d++) {
         /* A synchronous call, as XLA's thread would make it. */
-        if (hcb_runtime_call(rt, call_id, HCB_DEVICE(HCB_PLATFORM_CPU, d),
-                             NULL, 0, &result, 1, &err) != HCB_OK)
+        if (hcb_runtime_call(rt, call_id, HCB_DEVICE(HCB_PLATFORM_CPU, d), NULL,
+                             0, &result, 1, &err) != HCB_OK)
             return fail(&err);
         printf("device %d:", d);
         for (b = 0; b < BINS; b++) {

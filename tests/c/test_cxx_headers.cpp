@@ -10,11 +10,13 @@
 #define HAVE_FFI 1
 #endif
 
-namespace {
+namespace
+{
 
 int seen = 0;
 
-int count_tap(void *user, hcb_record *rec, hcb_error *err)
+int
+count_tap(void *user, hcb_record *rec, hcb_error *err)
 {
     (void)user, (void)err;
     seen += static_cast<int>(hcb_record_nargs(rec));
@@ -22,7 +24,8 @@ int count_tap(void *user, hcb_record *rec, hcb_error *err)
 }
 
 #ifdef HAVE_FFI
-int noop_body(XLA_FFI_CallFrame *frame, hcb_error *err)
+int
+noop_body(XLA_FFI_CallFrame *frame, hcb_error *err)
 {
     return hcb_ffi_check_counts(frame, 0, 0, err);
 }
@@ -34,7 +37,8 @@ int noop_body(XLA_FFI_CallFrame *frame, hcb_error *err)
 HCB_FFI_HANDLER(cxx_noop, noop_body, 0)
 #endif
 
-int main()
+int
+main()
 {
     hcb_runtime *rt = nullptr;
     hcb_tap_target target = HCB_TAP_TARGET_INIT;

@@ -15,16 +15,19 @@ static void *
 consume(void *arg)
 {
     consumer_ctx *c = arg;
-    hcb_record *rec;
+    hcb_record *rec, *next;
 
     while ((rec = hcb__queue_pop(c->q)) != NULL) {
-        size_t size = rec->size;
+        for (; rec != NULL; rec = next) {
+            size_t size = rec->size;
 
-        memcpy(&c->seen[c->n++], rec->args[0].data, sizeof(int32_t));
-        if (c->delay_us > 0)
-            tu_sleep_us(c->delay_us);
-        hcb_record_release(rec);
-        hcb__queue_done(c->q, size);
+            next = rec->next;
+            memcpy(&c->seen[c->n++], rec->args[0].data, sizeof(int32_t));
+            if (c->delay_us > 0)
+                tu_sleep_us(c->delay_us);
+            hcb_record_release(rec);
+            hcb__queue_done(c->q, 1, size); /* one at a time here */
+        }
     }
     return NULL;
 }
