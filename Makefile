@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 XLA_INC = $(shell $(PY) -c "import jax.ffi; print(jax.ffi.include_dir())")
 CMAKE_C = cmake -S . -G Ninja -DHCB_BUILD_TESTS=ON -DHCB_WERROR=ON -DPython_EXECUTABLE=$(abspath $(PY))
 C_SOURCES = include/hcb/*.h src/*.[ch] python/_hcb/*.[ch] tests/c/*.[ch] tests/c/*.cpp examples/*/*.c
-DEBIAN_PACKAGES := libcmocka-dev cmake ninja-build gcc clang valgrind
+DEBIAN_PACKAGES := libcmocka-dev cmake ninja-build gcc clang valgrind pkg-config
 
 .PHONY: demo test setup install ctest ctest-asan ctest-tsan pytest format format-check clean
 
