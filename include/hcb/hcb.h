@@ -253,7 +253,9 @@ HCB_API int hcb_runtime_set_max_queue_bytes(hcb_runtime *rt, size_t bytes,
  * one record at a time per device, in the order the device produced them.
  * `rec` is borrowed for the call; hcb_record_retain it to keep the data
  * longer.  Return 0, or non-zero after filling `err`: the runtime then
- * records the error (hcb_runtime_take_error) and goes on. */
+ * records the error (hcb_runtime_take_error) and goes on.  From Python,
+ * host_callback.native_tap(fn) makes one the tap function of id_tap: the
+ * record's arrays are then the flattened leaves of the tapped value. */
 typedef int (*hcb_tap_fn)(void *user, hcb_record *rec, hcb_error *err);
 
 typedef struct hcb_tap_target {
@@ -284,7 +286,9 @@ HCB_API int hcb_runtime_register_tap(hcb_runtime *rt,
  * `results[i].data` with `results[i].nbytes` bytes.  Return 0, or non-zero
  * after filling `err`: the computation then fails with that message, and the
  * runtime records the error as for a failed tap.  Several devices may run
- * the same call function concurrently. */
+ * the same call function concurrently.  From Python,
+ * host_callback.native_call(fn) makes one the function of call or
+ * buffer_callback: `args` and `results` are then XLA's own buffers. */
 typedef int (*hcb_call_fn)(void *user, hcb_device device, const hcb_array *args,
                            size_t nargs, const hcb_array *results,
                            size_t nresults, hcb_error *err);

@@ -260,7 +260,13 @@ def _refuse_inside_tap(what: str) -> None:
 def _wait_for_devices() -> None:
   """Runs a tiny computation on every local device and waits for it.  A
   device runs its computations in dispatch order, so once these are done
-  every computation started earlier has issued all of its taps."""
+  every computation started earlier has issued all of its taps.
+
+  Known gap: PJRT's CPU client starts a computation when its inputs are
+  ready, so one whose inputs are still being transferred (e.g. resharded
+  for a multi-device program) may run after these probes; its taps can
+  then arrive after barrier_wait returns.  Seen once in CI
+  (tests/python/test_native.py, shard_map), not reproduced in 600 runs."""
   pending = [_touch(jax.device_put(np.int32(0), dev))
              for dev in jax.local_devices(backend="cpu")]
   for out in pending:
