@@ -40,15 +40,16 @@ def build(build_dir: str) -> str:
   return os.path.join(build_dir, "libhcb_example.so")
 
 
-_registered: dict[str, ctypes.CDLL] = {}
+_loaded: ctypes.CDLL | None = None
 
 
 def load(path: str) -> ctypes.CDLL:
   """Loads the library and registers its handlers for the CPU platform
   (once per process): the typed ones as ``hcb_example_<name>``, the legacy
   one with ``api_version=0``."""
-  if "lib" in _registered:
-    return _registered["lib"]
+  global _loaded
+  if _loaded is not None:
+    return _loaded
   lib = ctypes.CDLL(path)
   for name in TYPED_TARGETS:
     symbol = f"hcb_example_{name}"
@@ -58,7 +59,7 @@ def load(path: str) -> ctypes.CDLL:
       "hcb_example_legacy_scale",
       jax.ffi.pycapsule(lib.hcb_example_legacy_scale), platform="cpu",
       api_version=0)
-  _registered["lib"] = lib
+  _loaded = lib
   return lib
 
 

@@ -328,25 +328,22 @@ hcb_ffi_attr_find(const XLA_FFI_Attrs *attrs, const char *name,
     return NULL;
 }
 
-/* What an attribute is, for messages: "a string", "an int32 scalar". */
+/* What an attribute is, for messages: "a string", "an int32 scalar", "an
+ * array" (`dtype` is the element type, or HCB_ANY_DTYPE). */
 static inline void
-hcb_ffi__describe(XLA_FFI_AttrType type, const void *value, char *buf,
-                  size_t cap)
+hcb_ffi__describe(XLA_FFI_AttrType type, hcb_dtype dtype, char *buf, size_t cap)
 {
-    const char *dtype = "";
+    const char *kind = type == XLA_FFI_AttrType_SCALAR ? "scalar" : "array";
+    const char *name = hcb_dtype_name(dtype);
 
-    if (type == XLA_FFI_AttrType_SCALAR)
-        dtype =
-            hcb_dtype_name((hcb_dtype)((const XLA_FFI_Scalar *)value)->dtype);
-    else if (type == XLA_FFI_AttrType_ARRAY)
-        dtype =
-            hcb_dtype_name((hcb_dtype)((const XLA_FFI_Array *)value)->dtype);
     switch (type) {
     case XLA_FFI_AttrType_SCALAR:
     case XLA_FFI_AttrType_ARRAY:
-        snprintf(buf, cap, "%s %s %s",
-                 dtype[0] != '\0' && strchr("aeio", dtype[0]) ? "an" : "a",
-                 dtype, type == XLA_FFI_AttrType_SCALAR ? "scalar" : "array");
+        if (dtype == HCB_ANY_DTYPE)
+            snprintf(buf, cap, "%s %s", kind[0] == 'a' ? "an" : "a", kind);
+        else
+            snprintf(buf, cap, "%s %s %s",
+                     strchr("aeio", name[0]) != NULL ? "an" : "a", name, kind);
         break;
     case XLA_FFI_AttrType_STRING:
         snprintf(buf, cap, "a string");
@@ -359,6 +356,17 @@ hcb_ffi__describe(XLA_FFI_AttrType type, const void *value, char *buf,
     }
 }
 
+/* The element type of a scalar or array attribute (else HCB_ANY_DTYPE). */
+static inline hcb_dtype
+hcb_ffi__attr_dtype(XLA_FFI_AttrType type, const void *value)
+{
+    if (type == XLA_FFI_AttrType_SCALAR)
+        return (hcb_dtype)((const XLA_FFI_Scalar *)value)->dtype;
+    if (type == XLA_FFI_AttrType_ARRAY)
+        return (hcb_dtype)((const XLA_FFI_Array *)value)->dtype;
+    return HCB_ANY_DTYPE;
+}
+
 /* Finds attribute `name` and checks its kind (and, for scalars and arrays,
  * its dtype unless `dtype` is HCB_ANY_DTYPE). */
 static inline int
@@ -368,35 +376,16 @@ hcb_ffi__attr_get(const XLA_FFI_Attrs *attrs, const char *name,
 {
     XLA_FFI_AttrType type = XLA_FFI_AttrType_STRING;
     const void *value = hcb_ffi_attr_find(attrs, name, &type);
-    bool ok;
     char got[64], expected[64];
 
     if (value == NULL)
         return hcb_error_set(err, HCB_ENOTFOUND, "missing attribute '%s'",
                              name);
-    ok = type == want;
-    if (ok && dtype != HCB_ANY_DTYPE && want == XLA_FFI_AttrType_SCALAR)
-        ok = (hcb_dtype)((const XLA_FFI_Scalar *)value)->dtype == dtype;
-    if (ok && dtype != HCB_ANY_DTYPE && want == XLA_FFI_AttrType_ARRAY)
-        ok = (hcb_dtype)((const XLA_FFI_Array *)value)->dtype == dtype;
-    if (!ok) {
-        XLA_FFI_Scalar probe_scalar;
-        XLA_FFI_Array probe_array;
-        const void *probe = NULL;
-
-        if (want == XLA_FFI_AttrType_SCALAR) {
-            probe_scalar.dtype = (XLA_FFI_DataType)dtype;
-            probe = &probe_scalar;
-        } else if (want == XLA_FFI_AttrType_ARRAY) {
-            probe_array.dtype = (XLA_FFI_DataType)dtype;
-            probe = &probe_array;
-        }
-        hcb_ffi__describe(type, value, got, sizeof got);
-        if (dtype == HCB_ANY_DTYPE && probe != NULL)
-            snprintf(expected, sizeof expected, "%s",
-                     want == XLA_FFI_AttrType_SCALAR ? "a scalar" : "an array");
-        else
-            hcb_ffi__describe(want, probe, expected, sizeof expected);
+    if (type != want ||
+        (dtype != HCB_ANY_DTYPE && hcb_ffi__attr_dtype(type, value) != dtype)) {
+        hcb_ffi__describe(type, hcb_ffi__attr_dtype(type, value), got,
+                          sizeof got);
+        hcb_ffi__describe(want, dtype, expected, sizeof expected);
         return hcb_error_set(err, HCB_EINVAL,
                              "attribute '%s' is %s, expected %s", name, got,
                              expected);

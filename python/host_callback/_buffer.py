@@ -27,9 +27,9 @@ from host_callback import _batching
 from host_callback import _containers
 from host_callback import _hcb
 from host_callback import _lowering
+from host_callback import _native
 from host_callback import _runtime
 from host_callback._native import NativeCallback
-from host_callback._native import NativeTap
 from host_callback._types import CallbackFlavor
 
 Buffer = _hcb.Buffer
@@ -201,10 +201,8 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
   Returns:
     A function of arrays (pytrees) that returns the results as JAX arrays.
   """
-  if isinstance(callback, NativeTap):
-    raise TypeError(f"buffer_callback: {callback!r} is a native tap; a native "
-                    "buffer callback is made with host_callback.native_call")
-  if not (callable(callback) or isinstance(callback, NativeCallback)):
+  if not (_native.is_native(callback, NativeCallback, "buffer_callback")
+          or callable(callback)):
     raise TypeError(f"callback must be callable, got {callback!r}")
   _batching.check_vmap_method(vmap_method)
   flat_shapes, out_treedef = jax.tree_util.tree_flatten(result_shape_dtypes)

@@ -27,9 +27,9 @@ from host_callback import _config
 from host_callback import _containers
 from host_callback import _leaves
 from host_callback import _lowering
+from host_callback import _native
 from host_callback import _runtime
 from host_callback._native import NativeCallback
-from host_callback._native import NativeTap
 from host_callback._runtime import CallSite
 from host_callback._types import CallbackFlavor
 
@@ -221,11 +221,8 @@ def call(callback_func: Callable[..., Any], arg: Any, *,
       differentiation (wrap the caller in ``jax.custom_jvp``/``custom_vjp``);
       ``vmap`` without ``vmap_method``.
   """
-  native = isinstance(callback_func, NativeCallback)
-  if isinstance(callback_func, NativeTap):
-    raise TypeError(f"host_callback.call: {callback_func!r} is a native tap; "
-                    "a native call function is made with "
-                    "host_callback.native_call")
+  native = _native.is_native(callback_func, NativeCallback,
+                             "host_callback.call")
   if not (native or callable(callback_func)):
     raise TypeError(f"callback_func must be callable, got {callback_func!r}")
   if not isinstance(callback_flavor, CallbackFlavor):

@@ -54,6 +54,7 @@ class _Native:
   """A C function with its ``user`` pointer, as a callback."""
 
   _what = "native callback"
+  _kind = "native callback"  # in messages: "X is a <kind>"
 
   def __init__(self, fn: Any, symbol: str | None = None, *,
                user: int | ctypes.c_void_p | None = None,
@@ -98,6 +99,7 @@ class NativeTap(_Native):
   """
 
   _what = "native_tap"
+  _kind = "native tap"
 
   def register(self) -> int:
     return _hcb.register_native_tap(self.address, self.user, self.name)
@@ -122,9 +124,20 @@ class NativeCallback(_Native):
   """
 
   _what = "native_call"
+  _kind = "native call function"
 
   def register(self) -> int:
     return _hcb.register_native_call(self.address, self.user, self.name)
+
+
+def is_native(func: Any, want: type[_Native], where: str) -> bool:
+  """Whether ``func`` is a native callback of class ``want``; a
+  ``TypeError`` for a native callback of the other kind (a tap given to
+  ``call``, a call function given to ``id_tap``)."""
+  if isinstance(func, _Native) and not isinstance(func, want):
+    raise TypeError(f"{where}: {func!r} is a {func._kind}; a {want._kind} is "
+                    f"made with host_callback.{want._what}")
+  return isinstance(func, want)
 
 
 def native_tap(fn: Any, symbol: str | None = None, *,

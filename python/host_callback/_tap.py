@@ -34,8 +34,8 @@ from host_callback import _config
 from host_callback import _containers
 from host_callback import _leaves
 from host_callback import _lowering
+from host_callback import _native
 from host_callback import _runtime
-from host_callback._native import NativeCallback
 from host_callback._native import NativeTap
 from host_callback._types import CallbackFlavor
 
@@ -189,10 +189,7 @@ def id_tap(tap_func: Callable[..., Any], arg: Any, *, result: Any = None,
         "Support for **kwargs in ``id_tap`` has been removed. Instead, "
         "pre-apply keyword arguments, either by using a closure or by "
         "passing ``functools.partial(tap_func, **kwargs)``.")
-  native = isinstance(tap_func, NativeTap)
-  if isinstance(tap_func, NativeCallback):
-    raise TypeError(f"id_tap: {tap_func!r} is a native call function; a "
-                    "native tap is made with host_callback.native_tap")
+  native = _native.is_native(tap_func, NativeTap, "id_tap")
   if not (native or callable(tap_func)):
     raise TypeError(f"tap_func must be callable, got {tap_func!r}")
   if not isinstance(callback_flavor, CallbackFlavor):
