@@ -410,6 +410,84 @@ HCB_API uint64_t hcb_runtime_take_error(hcb_runtime *rt, hcb_error *last);
 HCB_API void hcb_runtime_record_error(hcb_runtime *rt, hcb_device device,
                                       const hcb_error *error);
 
+/* ------------------------------------------------------------------------ */
+/* Printing: numpy.array2string and id_print's layout                       */
+
+/* How floats are printed (numpy's `floatmode`). */
+typedef enum hcb_floatmode {
+    HCB_FLOATMODE_MAXPREC = 0,      /* shortest digits, at most `precision` */
+    HCB_FLOATMODE_FIXED = 1,        /* exactly `precision` digits */
+    HCB_FLOATMODE_UNIQUE = 2,       /* shortest digits, `precision` ignored */
+    HCB_FLOATMODE_MAXPREC_EQUAL = 3 /* maxprec, same count for all */
+} hcb_floatmode;
+
+/* numpy's print options (numpy.get_printoptions()), with numpy's defaults
+ * in HCB_PRINT_OPTIONS_INIT.  `width` is the line width of id_print's
+ * layout of containers (JAX's pretty printer, 80). */
+typedef struct hcb_print_options {
+    size_t struct_size;
+    int64_t threshold; /* summarise arrays of more elements (1000) */
+    int32_t edgeitems; /* elements kept at each end when summarised (3) */
+    int32_t linewidth; /* characters per line (75) */
+    int32_t precision; /* float digits after the point, 0..400 (8) */
+    hcb_floatmode floatmode;
+    char sign;       /* '-', '+' or ' ' for positive values ('-') */
+    int suppress;    /* non-zero: never scientific for small values */
+    char nanstr[16]; /* "nan" */
+    char infstr[16]; /* "inf" */
+    int32_t width;   /* id_print's container layout width (80) */
+} hcb_print_options;
+
+#define HCB_PRINT_OPTIONS_INIT                                                 \
+    {                                                                          \
+        sizeof(hcb_print_options), 1000, 3, 75, 8, HCB_FLOATMODE_MAXPREC, '-', \
+            0, "nan", "inf", 80                                                \
+    }
+
+/* Formats one array as numpy.array2string(a) does with these options (NULL:
+ * the defaults) and the installed numpy 2.x: bool, integers, float16/32/64,
+ * complex64/128 digit for digit (shortest round-trip digits, numpy's choice
+ * of positional or scientific notation, alignment, nan/inf, summarisation,
+ * line wrapping), bfloat16 and the float8 types as ml_dtypes prints them.
+ *
+ * Like snprintf: writes at most `cap` bytes including a terminating NUL
+ * (nothing if `cap` is 0) and sets `*len` (may be NULL) to the length of
+ * the whole text; the text was cut if *len >= cap.  Reentrant; no locks,
+ * no allocation beyond a few small buffers.  Errors: HCB_EINVAL (malformed
+ * view or options), HCB_EUNIMPL (a dtype it cannot print), HCB_ENOMEM. */
+HCB_API int hcb_format_array(const hcb_array *a, const hcb_print_options *opts,
+                             char *buf, size_t cap, size_t *len,
+                             hcb_error *err);
+
+/* id_print's layout of a value: a tree of containers over arrays, given in
+ * preorder.  A container node is followed by its `count` children (each a
+ * whole subtree); an array node takes the next array of the list. */
+typedef enum hcb_print_kind {
+    HCB_PRINT_ARRAY = 0, /* the next array, as hcb_format_array prints it */
+    HCB_PRINT_TEXT = 1,  /* `text` as is */
+    HCB_PRINT_TUPLE = 2, /* ( a b ) */
+    HCB_PRINT_LIST = 3,  /* [ a b ] */
+    HCB_PRINT_DICT = 4   /* { k=a l=b }: children carry their `key` */
+} hcb_print_kind;
+
+typedef struct hcb_print_node {
+    hcb_print_kind kind;
+    int32_t count;   /* containers: number of children */
+    const char *key; /* a child of a DICT: its key, printed "key="; else NULL */
+    const char *text; /* TEXT: the text; else NULL */
+} hcb_print_node;
+
+/* Formats a value the way id_print does: containers as "( a b )", "[ a b ]"
+ * and "{ k=a }", on one line when they fit in `opts->width` columns, else
+ * one child per line indented by two per level (JAX's pretty printer), with
+ * arrays as hcb_format_array prints them.  `nodes` must describe exactly
+ * one tree that uses exactly `narrays` arrays.  Output and errors as
+ * hcb_format_array. */
+HCB_API int hcb_format_value(const hcb_print_node *nodes, size_t nnodes,
+                             const hcb_array *arrays, size_t narrays,
+                             const hcb_print_options *opts, char *buf,
+                             size_t cap, size_t *len, hcb_error *err);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

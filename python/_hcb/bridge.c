@@ -309,3 +309,57 @@ hcb_py_log(void *user, const char *message)
     }
     hcb_py_gil_release(gil);
 }
+
+/* ---- numpy arrays as views -------------------------------------------------
+ */
+
+/* The hcb_dtype of a numpy dtype (the table of configure()). */
+static int
+dtype_code(hcb_state *st, PyArray_Descr *d, hcb_dtype *out)
+{
+    int i;
+
+    for (i = 0; i < HCB_PY_NDTYPES; i++) {
+        PyObject *e = PyTuple_GET_ITEM(st->dtypes, i);
+
+        if (e != Py_None && PyArray_EquivTypes((PyArray_Descr *)e, d)) {
+            *out = (hcb_dtype)i;
+            return 0;
+        }
+    }
+    PyErr_Format(PyExc_TypeError, "no XLA type for numpy dtype %R",
+                 (PyObject *)d);
+    return -1;
+}
+
+Py_ssize_t
+hcb_py_views_of(hcb_state *st, PyObject *seq, hcb_array *views, PyObject **keep,
+                Py_ssize_t cap, int writable)
+{
+    Py_ssize_t i, n = PySequence_Fast_GET_SIZE(seq);
+
+    if (n > cap) {
+        PyErr_Format(PyExc_ValueError, "at most %zd arrays, got %zd", cap, n);
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        int flags = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED |
+                    (writable ? NPY_ARRAY_WRITEABLE : 0);
+        PyObject *a = PyArray_FROM_OF(PySequence_Fast_GET_ITEM(seq, i), flags);
+        PyArrayObject *arr = (PyArrayObject *)a;
+
+        keep[i] = a;
+        if (a == NULL || dtype_code(st, PyArray_DESCR(arr), &views[i].dtype))
+            return -1;
+        if (writable && a != PySequence_Fast_GET_ITEM(seq, i)) {
+            PyErr_SetString(PyExc_ValueError,
+                            "results must be C-contiguous writable arrays");
+            return -1;
+        }
+        views[i].rank = PyArray_NDIM(arr);
+        views[i].dims = (const int64_t *)PyArray_DIMS(arr);
+        views[i].data = PyArray_DATA(arr);
+        views[i].nbytes = (size_t)PyArray_NBYTES(arr);
+    }
+    return n;
+}

@@ -3,8 +3,8 @@
  * host_callback._hcb: module.c (the module and its functions), tap.c
  * (delivering a record to a Python tap function), call.c (running a Python
  * call function for XLA and checking its result), buffer.c (in-place
- * buffer callbacks and the Buffer type) and bridge.c (what they share: the
- * GIL, numpy arrays over records, devices, errors).
+ * buffer callbacks and the Buffer type), print.c (id_print) and bridge.c (what
+ * they share: the GIL, numpy arrays over records, devices, errors).
  */
 #ifndef HCB_PY_H
 #define HCB_PY_H
@@ -30,6 +30,7 @@ typedef struct hcb_state {
     PyObject *warn;            /* callable(message): the runtime's warnings */
     PyObject *device_cache;    /* dict: device_key -> jax.Device */
     PyObject *str_unflatten;   /* interned "unflatten" */
+    PyObject *str_write;       /* interned "write" */
     PyObject *str_device;      /* interned "device" */
     PyObject *kw_device;       /* ("device",): vectorcall keyword names */
     atomic_int shutting_down;  /* set at exit: taps are no longer delivered */
@@ -68,6 +69,24 @@ typedef struct hcb_py_buffer_target {
     PyObject *context_type; /* borrowed: ExecutionContext(device) */
 } hcb_py_buffer_target;
 
+/* An id_print target (print.c): the site's func is the Printer, called
+ * (like a Python tap) only for what the C printer cannot print.  The
+ * strings all live in `strings`. */
+typedef struct hcb_py_print_target {
+    hcb_py_target base;
+    hcb_print_options opts;
+    hcb_print_node *nodes;
+    size_t nnodes;
+    const char *kv_before; /* the "k: v" line, up to the device's name */
+    const char *kv_after;  /* and after it */
+    int with_device;       /* the line names the record's device */
+    hcb_device *dev_keys;  /* device keys and their names */
+    const char **dev_names;
+    size_t ndevices;
+    PyObject *stream; /* strong; NULL: sys.stdout at each write */
+    char *strings;
+} hcb_py_print_target;
+
 /* bridge.c */
 /* Takes the GIL from any thread; -1 (nothing taken) once the interpreter
  * is shutting down. */
@@ -99,6 +118,12 @@ PyObject *hcb_py_report_exception(hcb_py_target *t, const char *what,
  * HCB_ECALLBACK. */
 int hcb_py_raised(hcb_py_target *t, const char *what, hcb_error *err);
 PyType_Spec *hcb_py_owner_spec(void);
+/* Views each array of the sequence `seq` (PySequence_Fast; at most `cap`)
+ * as an hcb_array, made C-contiguous (references kept in `keep`, which the
+ * caller releases, also on error); `writable` asks for arrays written in
+ * place.  Returns the count, or -1 with an exception set. */
+Py_ssize_t hcb_py_views_of(hcb_state *st, PyObject *seq, hcb_array *views,
+                           PyObject **keep, Py_ssize_t cap, int writable);
 /* The runtime's log sink (hcb_log_fn); `user` is the module state. */
 void hcb_py_log(void *user, const char *message);
 
@@ -117,6 +142,19 @@ PyType_Spec *hcb_py_buffer_spec(void);
  * sharded operands); `args` as the module functions receive them. */
 PyObject *hcb_py_submit_tap(hcb_state *st, PyObject *args);
 PyObject *hcb_py_run_call(hcb_state *st, PyObject *args);
+
+/* print.c: id_print's target, which formats records without the GIL and
+ * takes it only to write; and the functions behind host_callback._print. */
+int hcb_py_print(void *user, hcb_record *rec, hcb_error *err);
+/* Fills the print fields of `t` from register_print's arguments (nodes,
+ * kv_before, kv_after, devices, options, stream); -1 with an exception. */
+int hcb_py_print_setup(hcb_py_print_target *t, PyObject *args);
+void hcb_py_print_clear(hcb_py_print_target *t);
+/* format_value(nodes, arrays, options) -> str */
+PyObject *hcb_py_format_value(hcb_state *st, PyObject *args);
+/* print_write(stream, texts): writes each text and a newline, under the
+ * lock that keeps the records of several devices apart. */
+PyObject *hcb_py_print_write(hcb_state *st, PyObject *args);
 
 /* call.c */
 int hcb_py_call(void *user, hcb_device device, const hcb_array *args,

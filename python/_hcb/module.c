@@ -247,6 +247,68 @@ hcb_register_buffer_callback(PyObject *module, PyObject *args)
     return call_target_registered(&t->base, hcb_py_buffer_call);
 }
 
+/* register_print(site, name, nodes, kv_before, kv_after, with_device,
+ * devices, options, stream) -> int: id_print's target for a TapSite whose
+ * func is a host_callback._print.Printer (see print.c). */
+static PyObject *
+hcb_register_print(PyObject *module, PyObject *args)
+{
+    hcb_tap_target target = HCB_TAP_TARGET_INIT;
+    hcb_py_print_target *t;
+    PyObject *site, *rest;
+    const char *name;
+    Py_ssize_t name_len;
+    uint64_t id = 0;
+    hcb_error err;
+    int rc;
+
+    if (PyTuple_GET_SIZE(args) != 9) {
+        PyErr_SetString(PyExc_TypeError, "register_print takes 9 arguments");
+        return NULL;
+    }
+    site = PyTuple_GET_ITEM(args, 0);
+    name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(args, 1), &name_len);
+    if (name == NULL)
+        return NULL;
+    if (!PyTuple_Check(site)) {
+        PyErr_SetString(PyExc_TypeError, "site must be a TapSite");
+        return NULL;
+    }
+    t = target_new(module, site, name, name_len, sizeof *t);
+    if (t == NULL)
+        return NULL;
+    rest = PyTuple_GetSlice(args, 2, 9);
+    if (rest == NULL || hcb_py_print_setup(t, rest) < 0) {
+        Py_XDECREF(rest);
+        hcb_py_print_clear(t);
+        Py_DECREF(t->base.site);
+        Py_DECREF(t->base.module);
+        PyMem_RawFree(t);
+        return NULL;
+    }
+    Py_DECREF(rest);
+    target.fn = hcb_py_print;
+    target.user = t;
+    target.name = t->base.name;
+    target.name_len = strlen(t->base.name);
+    rc = hcb_runtime_register_tap(t->base.state->rt, &target, &id, &err);
+    if (rc != HCB_OK)
+        hcb_py_print_clear(t);
+    return target_registered(&t->base, rc, id, &err);
+}
+
+static PyObject *
+hcb_format_value_fn(PyObject *module, PyObject *args)
+{
+    return hcb_py_format_value(state_of(module), args);
+}
+
+static PyObject *
+hcb_print_write_fn(PyObject *module, PyObject *args)
+{
+    return hcb_py_print_write(state_of(module), args);
+}
+
 /* register_native_tap / register_native_call(fn_address, user_address,
  * name) -> int: a C hcb_tap_fn / hcb_call_fn, run with no Python at all. */
 static PyObject *
@@ -526,6 +588,13 @@ static PyMethodDef hcb_methods[] = {
     {"register_buffer_callback", hcb_register_buffer_callback, METH_VARARGS,
      "register_buffer_callback(site, name) -> id: a Python buffer "
      "callback."},
+    {"register_print", hcb_register_print, METH_VARARGS,
+     "register_print(site, name, nodes, kv_before, kv_after, with_device, "
+     "devices, options, stream) -> id: id_print's C target."},
+    {"format_value", hcb_format_value_fn, METH_VARARGS,
+     "format_value(nodes, arrays, options) -> str: the C printer."},
+    {"print_write", hcb_print_write_fn, METH_VARARGS,
+     "print_write(stream, texts): write under id_print's lock."},
     {"register_native_tap", hcb_register_native_tap, METH_VARARGS,
      "register_native_tap(fn, user, name) -> id: a C hcb_tap_fn."},
     {"register_native_call", hcb_register_native_call, METH_VARARGS,
@@ -579,9 +648,10 @@ hcb_exec(PyObject *module)
         return -1;
     st->device_cache = PyDict_New();
     st->str_unflatten = PyUnicode_InternFromString("unflatten");
+    st->str_write = PyUnicode_InternFromString("write");
     st->str_device = PyUnicode_InternFromString("device");
     if (st->device_cache == NULL || st->str_unflatten == NULL ||
-        st->str_device == NULL)
+        st->str_write == NULL || st->str_device == NULL)
         return -1;
     st->kw_device = PyTuple_Pack(1, st->str_device);
     if (st->kw_device == NULL)
@@ -626,6 +696,7 @@ hcb_clear(PyObject *module)
     Py_CLEAR(st->warn);
     Py_CLEAR(st->device_cache);
     Py_CLEAR(st->str_unflatten);
+    Py_CLEAR(st->str_write);
     Py_CLEAR(st->str_device);
     Py_CLEAR(st->kw_device);
     return 0;

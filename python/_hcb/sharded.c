@@ -26,60 +26,6 @@ _Static_assert(sizeof(npy_intp) == sizeof(int64_t),
 
 #define MAX_ARRAYS 256
 
-/* The hcb_dtype of a numpy dtype (the table of configure()). */
-static int
-dtype_code(hcb_state *st, PyArray_Descr *d, hcb_dtype *out)
-{
-    int i;
-
-    for (i = 0; i < HCB_PY_NDTYPES; i++) {
-        PyObject *e = PyTuple_GET_ITEM(st->dtypes, i);
-
-        if (e != Py_None && PyArray_EquivTypes((PyArray_Descr *)e, d)) {
-            *out = (hcb_dtype)i;
-            return 0;
-        }
-    }
-    PyErr_Format(PyExc_TypeError, "no XLA type for numpy dtype %R",
-                 (PyObject *)d);
-    return -1;
-}
-
-/* Views each array of `seq` (made C-contiguous, references kept in
- * `keep`) as an hcb_array; `writable` asks for arrays written in place. */
-static Py_ssize_t
-views_of(hcb_state *st, PyObject *seq, hcb_array *views, PyObject **keep,
-         int writable)
-{
-    Py_ssize_t i, n = PySequence_Fast_GET_SIZE(seq);
-
-    if (n > MAX_ARRAYS) {
-        PyErr_Format(PyExc_ValueError, "at most %d arrays, got %zd", MAX_ARRAYS,
-                     n);
-        return -1;
-    }
-    for (i = 0; i < n; i++) {
-        int flags = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED |
-                    (writable ? NPY_ARRAY_WRITEABLE : 0);
-        PyObject *a = PyArray_FROM_OF(PySequence_Fast_GET_ITEM(seq, i), flags);
-        PyArrayObject *arr = (PyArrayObject *)a;
-
-        keep[i] = a;
-        if (a == NULL || dtype_code(st, PyArray_DESCR(arr), &views[i].dtype))
-            return -1;
-        if (writable && a != PySequence_Fast_GET_ITEM(seq, i)) {
-            PyErr_SetString(PyExc_ValueError,
-                            "results must be C-contiguous writable arrays");
-            return -1;
-        }
-        views[i].rank = PyArray_NDIM(arr);
-        views[i].dims = (const int64_t *)PyArray_DIMS(arr);
-        views[i].data = PyArray_DATA(arr);
-        views[i].nbytes = (size_t)PyArray_NBYTES(arr);
-    }
-    return n;
-}
-
 static PyObject *
 raise_error(const hcb_error *err)
 {
@@ -105,7 +51,7 @@ hcb_py_submit_tap(hcb_state *st, PyObject *args)
     seq = PySequence_Fast(arrays, "arrays must be a sequence");
     if (seq == NULL)
         return NULL;
-    n = views_of(st, seq, views, keep, 0);
+    n = hcb_py_views_of(st, seq, views, keep, MAX_ARRAYS, 0);
     if (n >= 0)
         rc = hcb_record_create(id, (hcb_device)key, views, (size_t)n, &rec,
                                &err);
@@ -143,9 +89,9 @@ hcb_py_run_call(hcb_state *st, PyObject *args)
     out_seq =
         in_seq != NULL ? PySequence_Fast(out, "outs must be a sequence") : NULL;
     if (out_seq != NULL)
-        nin = views_of(st, in_seq, in_views, keep_in, 0);
+        nin = hcb_py_views_of(st, in_seq, in_views, keep_in, MAX_ARRAYS, 0);
     if (nin >= 0)
-        nout = views_of(st, out_seq, out_views, keep_out, 1);
+        nout = hcb_py_views_of(st, out_seq, out_views, keep_out, MAX_ARRAYS, 1);
     if (nout >= 0) {
         Py_BEGIN_ALLOW_THREADS rc = hcb_runtime_call_shared(
             st->rt, id, (hcb_device)key, in_views, (size_t)nin, out_views,

@@ -27,6 +27,7 @@ from host_callback._native import NativeCallback
 from host_callback._native import NativeTap
 from host_callback._native import native_call
 from host_callback._native import native_tap
+from host_callback._print import id_print
 from host_callback._runtime import barrier_wait
 from host_callback._runtime import stats
 from host_callback._runtime import stop_outfeed_receiver
@@ -53,6 +54,7 @@ __all__ = [
     "get_include",
     "get_library",
     "get_pkgconfig_dir",
+    "id_print",
     "id_tap",
     "native_call",
     "native_tap",

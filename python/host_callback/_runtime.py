@@ -62,6 +62,9 @@ class TapSite(NamedTuple):
   def register(self) -> int:
     if isinstance(self.func, NativeTap):  # one id, whatever the site
       return site_id(self.func)
+    register = getattr(self.func, "register_tap_site", None)
+    if register is not None:  # id_print's Printer: a C target of its own
+      return register(self)
     return _hcb.register_tap(self, callable_name(self.func))
 
 
@@ -154,6 +157,11 @@ def _dtype_table() -> tuple[Any, ...]:
   for code, dtype in named.items():
     table[code] = np.dtype(dtype)
   return tuple(table)
+
+
+def device_key(device: jax.Device) -> int:
+  """The runtime's key of a CPU device (HCB_DEVICE in include/hcb/hcb.h)."""
+  return (_PLATFORM_CPU << 32) | device.id
 
 
 def _device_for_key(key: int) -> jax.Device:

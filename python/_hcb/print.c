@@ -1,0 +1,456 @@
+/*
+ * print.c - id_print: each record formatted by libhcb's printer (src/print.c)
+ * on the device's consumer thread, without the GIL; the GIL is taken only
+ * to write the finished text to the Python stream.
+ *
+ * The registration (module.c, register_print) gives the target what stays
+ * fixed for a tap site: the layout of the value as hcb_print_nodes (built
+ * from the treedef by host_callback/_print.py), the "k: v" line (kwargs,
+ * transforms) split around the device's name, the names of the devices,
+ * numpy's print options taken when the function was traced, and the stream.
+ * A value the C printer cannot print (a dtype it does not know) goes to the
+ * site's Python Printer instead, like any Python tap.
+ *
+ * One process-wide lock keeps the lines of one record together when
+ * several devices print at once.  It is always taken before the GIL, never
+ * while holding it, so the two cannot deadlock.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "hcbpy.h"
+
+/* ---- the print lock --------------------------------------------------------
+ */
+
+static pthread_mutex_t print_mutex = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local int print_mutex_held; /* a stream that prints */
+
+static int
+print_lock(void)
+{
+    if (print_mutex_held)
+        return 0;
+    pthread_mutex_lock(&print_mutex);
+    print_mutex_held = 1;
+    return 1;
+}
+
+static void
+print_unlock(int taken)
+{
+    if (!taken)
+        return;
+    print_mutex_held = 0;
+    pthread_mutex_unlock(&print_mutex);
+}
+
+/* With the GIL: stream.write(text), stream NULL meaning sys.stdout (where
+ * print() writes, so that pytest's capsys and notebooks see it). */
+static int
+write_text(hcb_state *st, PyObject *stream, PyObject *text)
+{
+    PyObject *r;
+
+    if (stream == NULL) {
+        stream = PySys_GetObject("stdout"); /* borrowed */
+        if (stream == NULL || stream == Py_None)
+            return 0; /* print() writes nothing either */
+    }
+    r = PyObject_CallMethodOneArg(stream, st->str_write, text);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* ---- arguments from Python -------------------------------------------------
+ */
+
+static int
+copy_str(PyObject *s, const char *what, char **pos, const char **out)
+{
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+
+    if (u == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s must be a str", what);
+        return -1;
+    }
+    memcpy(*pos, u, (size_t)n + 1);
+    *out = *pos;
+    *pos += n + 1;
+    return 0;
+}
+
+static Py_ssize_t
+str_size(PyObject *s)
+{
+    Py_ssize_t n;
+
+    if (s == Py_None)
+        return 0;
+    if (!PyUnicode_Check(s) || PyUnicode_AsUTF8AndSize(s, &n) == NULL) {
+        PyErr_SetString(PyExc_TypeError, "print node keys and texts are str");
+        return -1;
+    }
+    return n + 1;
+}
+
+/* Nodes from a sequence of (kind, count, key or None, text or None): the
+ * array holds `extra` more bytes of strings after the nodes, and *pos
+ * points past the nodes' own strings. */
+static hcb_print_node *
+parse_nodes(PyObject *seq, size_t *nnodes, Py_ssize_t extra, char **pos)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i, bytes = extra;
+    hcb_print_node *nodes;
+
+    for (i = 0; i < n; i++) {
+        PyObject *e = PySequence_Fast_GET_ITEM(seq, i);
+        Py_ssize_t k, t;
+
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 4) {
+            PyErr_SetString(PyExc_TypeError,
+                            "print nodes are (kind, count, key, text) tuples");
+            return NULL;
+        }
+        k = str_size(PyTuple_GET_ITEM(e, 2));
+        t = str_size(PyTuple_GET_ITEM(e, 3));
+        if (k < 0 || t < 0)
+            return NULL;
+        bytes += k + t;
+    }
+    nodes = PyMem_RawCalloc(1, (size_t)n * sizeof *nodes + (size_t)bytes + 1);
+    if (nodes == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    *pos = (char *)(nodes + n);
+    for (i = 0; i < n; i++) {
+        PyObject *e = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *key = PyTuple_GET_ITEM(e, 2), *text = PyTuple_GET_ITEM(e, 3);
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(e, 0));
+        long count = PyLong_AsLong(PyTuple_GET_ITEM(e, 1));
+
+        if ((kind == -1 || count == -1) && PyErr_Occurred())
+            goto fail;
+        nodes[i].kind = (hcb_print_kind)kind;
+        nodes[i].count = (int32_t)count;
+        if ((key != Py_None && copy_str(key, "key", pos, &nodes[i].key) < 0) ||
+            (text != Py_None &&
+             copy_str(text, "text", pos, &nodes[i].text) < 0))
+            goto fail;
+    }
+    *nnodes = (size_t)n;
+    return nodes;
+fail:
+    PyMem_RawFree(nodes);
+    return NULL;
+}
+
+/* numpy's print options as host_callback/_print.py passes them: (threshold,
+ * edgeitems, linewidth, precision, floatmode, sign, suppress, nanstr,
+ * infstr). */
+static int
+parse_options(PyObject *t, hcb_print_options *o)
+{
+    static const hcb_print_options init = HCB_PRINT_OPTIONS_INIT;
+    long long threshold;
+    int edge, width, precision, mode, suppress;
+    const char *sign, *nan, *inf;
+    Py_ssize_t sign_len, nan_len, inf_len;
+
+    if (!PyArg_ParseTuple(t, "Liiiis#ps#s#:print options", &threshold, &edge,
+                          &width, &precision, &mode, &sign, &sign_len,
+                          &suppress, &nan, &nan_len, &inf, &inf_len))
+        return -1;
+    if (sign_len != 1 || nan_len >= (Py_ssize_t)sizeof o->nanstr ||
+        inf_len >= (Py_ssize_t)sizeof o->infstr) {
+        PyErr_SetString(PyExc_ValueError,
+                        "print options: sign is one character, nanstr and "
+                        "infstr at most 15 bytes");
+        return -1;
+    }
+    *o = init;
+    o->threshold = threshold;
+    o->edgeitems = edge;
+    o->linewidth = width;
+    o->precision = precision;
+    o->floatmode = (hcb_floatmode)mode;
+    o->sign = sign[0];
+    o->suppress = suppress;
+    memcpy(o->nanstr, nan, (size_t)nan_len + 1);
+    memcpy(o->infstr, inf, (size_t)inf_len + 1);
+    return 0;
+}
+
+int
+hcb_py_print_setup(hcb_py_print_target *t, PyObject *args)
+{
+    PyObject *nodes, *before, *after, *devices, *options, *stream, *seq;
+    Py_ssize_t extra, i, nd;
+    int with_device;
+    char *pos;
+
+    if (!PyArg_ParseTuple(args, "OUUpO!OO:register_print", &nodes, &before,
+                          &after, &with_device, &PyTuple_Type, &devices,
+                          &options, &stream))
+        return -1;
+    if (parse_options(options, &t->opts) < 0)
+        return -1;
+    nd = PyTuple_GET_SIZE(devices);
+    extra = str_size(before) + str_size(after);
+    for (i = 0; i < nd; i++) {
+        PyObject *d = PyTuple_GET_ITEM(devices, i);
+        Py_ssize_t n;
+
+        if (!PyTuple_Check(d) || PyTuple_GET_SIZE(d) != 2 ||
+            (n = str_size(PyTuple_GET_ITEM(d, 1))) < 0) {
+            PyErr_SetString(PyExc_TypeError,
+                            "devices are (device_key, name) tuples");
+            return -1;
+        }
+        extra += n;
+    }
+    if (extra < 0)
+        return -1;
+    seq = PySequence_Fast(nodes, "print nodes must be a sequence");
+    if (seq == NULL)
+        return -1;
+    t->nodes = parse_nodes(seq, &t->nnodes, extra, &pos);
+    Py_DECREF(seq);
+    if (t->nodes == NULL)
+        return -1;
+    t->strings = (char *)t->nodes;
+    t->dev_keys = PyMem_RawCalloc((size_t)nd + 1, sizeof *t->dev_keys);
+    t->dev_names = PyMem_RawCalloc((size_t)nd + 1, sizeof *t->dev_names);
+    if (t->dev_keys == NULL || t->dev_names == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (copy_str(before, "kv_before", &pos, &t->kv_before) < 0 ||
+        copy_str(after, "kv_after", &pos, &t->kv_after) < 0)
+        return -1;
+    for (i = 0; i < nd; i++) {
+        PyObject *d = PyTuple_GET_ITEM(devices, i);
+        long long key = PyLong_AsLongLong(PyTuple_GET_ITEM(d, 0));
+
+        if (key == -1 && PyErr_Occurred())
+            return -1;
+        t->dev_keys[i] = (hcb_device)key;
+        if (copy_str(PyTuple_GET_ITEM(d, 1), "device name", &pos,
+                     &t->dev_names[i]) < 0)
+            return -1;
+    }
+    t->ndevices = (size_t)nd;
+    t->with_device = with_device;
+    if (stream != Py_None) {
+        Py_INCREF(stream);
+        t->stream = stream;
+    }
+    return 0;
+}
+
+void
+hcb_py_print_clear(hcb_py_print_target *t)
+{
+    PyMem_RawFree(t->nodes);
+    PyMem_RawFree(t->dev_keys);
+    PyMem_RawFree(t->dev_names);
+    Py_CLEAR(t->stream);
+    t->nodes = NULL;
+    t->dev_keys = NULL;
+    t->dev_names = NULL;
+}
+
+/* ---- the tap ----------------------------------------------------------------
+ */
+
+#define STACK_TEXT 8192
+
+/* The record's value as text (with a newline), in `stack` or in a new
+ * allocation (*heap, freed by the caller). */
+static int
+format_record(hcb_py_print_target *t, hcb_record *rec, char *stack, char **heap,
+              char **text, size_t *len, hcb_error *err)
+{
+    size_t nargs = hcb_record_nargs(rec);
+    const hcb_array *args = hcb_record_args(rec);
+    int rc = hcb_format_value(t->nodes, t->nnodes, args, nargs, &t->opts, stack,
+                              STACK_TEXT - 1, len, err);
+
+    *text = stack;
+    if (rc == HCB_OK && *len >= STACK_TEXT - 1) {
+        *heap = malloc(*len + 2);
+        if (*heap == NULL)
+            return hcb_error_set(err, HCB_ENOMEM,
+                                 "id_print: out of memory for %zu bytes",
+                                 *len + 2);
+        rc = hcb_format_value(t->nodes, t->nnodes, args, nargs, &t->opts, *heap,
+                              *len + 1, len, err);
+        *text = *heap;
+    }
+    if (rc == HCB_OK)
+        (*text)[(*len)++] = '\n';
+    return rc;
+}
+
+/* The "k: v" line of a record (with a newline), or an empty string. */
+static size_t
+kv_line(const hcb_py_print_target *t, hcb_device device, char *buf, size_t cap)
+{
+    const char *name = "?";
+    size_t i;
+    int n;
+
+    if (!t->with_device) {
+        if (t->kv_before[0] == '\0')
+            return 0;
+        n = snprintf(buf, cap, "%s\n", t->kv_before);
+    } else {
+        for (i = 0; i < t->ndevices; i++)
+            if (t->dev_keys[i] == device)
+                name = t->dev_names[i];
+        n = snprintf(buf, cap, "%s%s%s\n", t->kv_before, name, t->kv_after);
+    }
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
+int
+hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
+{
+    hcb_py_print_target *t = user;
+    char stack[STACK_TEXT], kv[1024], *heap = NULL, *text = NULL;
+    size_t len = 0, kvlen;
+    PyObject *s1 = NULL, *s2 = NULL;
+    PyGILState_STATE gil;
+    int rc, locked;
+
+    rc = format_record(t, rec, stack, &heap, &text, &len, err);
+    if (rc == HCB_EUNIMPL) /* a dtype only numpy prints: the Python path */
+        return hcb_py_tap(user, rec, err);
+    if (rc != HCB_OK) {
+        free(heap);
+        return rc;
+    }
+    kvlen = kv_line(t, hcb_record_device(rec), kv, sizeof kv);
+
+    locked = print_lock();
+    if (hcb_py_gil_ensure(t->base.state, &gil) < 0) {
+        print_unlock(locked);
+        free(heap);
+        return hcb_error_set(err, HCB_ESTATE,
+                             "id_print output lost: the Python interpreter is "
+                             "shutting down");
+    }
+    if (kvlen > 0)
+        s1 = PyUnicode_DecodeUTF8(kv, (Py_ssize_t)kvlen, "replace");
+    s2 = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
+    if ((kvlen > 0 &&
+         (s1 == NULL || write_text(t->base.state, t->stream, s1) < 0)) ||
+        s2 == NULL || write_text(t->base.state, t->stream, s2) < 0) {
+        Py_XDECREF(hcb_py_report_exception(&t->base, "id_print's write", err));
+        rc = HCB_ECALLBACK;
+    }
+    Py_XDECREF(s1);
+    Py_XDECREF(s2);
+    hcb_py_gil_release(gil);
+    print_unlock(locked);
+    free(heap);
+    return rc;
+}
+
+/* ---- module functions ------------------------------------------------------
+ */
+
+static PyObject *
+raise_error(const hcb_error *err)
+{
+    PyErr_SetString(err->code == HCB_EINVAL    ? PyExc_ValueError
+                    : err->code == HCB_EUNIMPL ? PyExc_TypeError
+                                               : PyExc_RuntimeError,
+                    err->message);
+    return NULL;
+}
+
+PyObject *
+hcb_py_format_value(hcb_state *st, PyObject *args)
+{
+    PyObject *nodes_obj, *arrays_obj, *options, *nseq = NULL, *aseq = NULL;
+    PyObject **keep = NULL, *result = NULL;
+    hcb_print_node *nodes = NULL;
+    hcb_array *views = NULL;
+    hcb_print_options opts;
+    size_t nnodes = 0, len = 0;
+    Py_ssize_t n = 0, i;
+    char *pos, *buf = NULL;
+    hcb_error err;
+    int rc;
+
+    if (!PyArg_ParseTuple(args, "OOO:format_value", &nodes_obj, &arrays_obj,
+                          &options) ||
+        parse_options(options, &opts) < 0)
+        return NULL;
+    nseq = PySequence_Fast(nodes_obj, "print nodes must be a sequence");
+    aseq = PySequence_Fast(arrays_obj, "arrays must be a sequence");
+    if (nseq == NULL || aseq == NULL)
+        goto done;
+    nodes = parse_nodes(nseq, &nnodes, 0, &pos);
+    n = PySequence_Fast_GET_SIZE(aseq);
+    views = PyMem_Calloc((size_t)n + 1, sizeof *views);
+    keep = PyMem_Calloc((size_t)n + 1, sizeof *keep);
+    if (nodes == NULL || views == NULL || keep == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    if (hcb_py_views_of(st, aseq, views, keep, n, 0) < 0)
+        goto done;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = hcb_format_value(nodes, nnodes, views, (size_t)n, &opts, NULL, 0, &len,
+                          &err);
+    if (rc == HCB_OK) {
+        buf = malloc(len + 1);
+        if (buf != NULL)
+            rc = hcb_format_value(nodes, nnodes, views, (size_t)n, &opts, buf,
+                                  len + 1, &len, &err);
+    }
+    Py_END_ALLOW_THREADS;
+    if (rc != HCB_OK)
+        raise_error(&err);
+    else if (buf == NULL)
+        PyErr_NoMemory();
+    else
+        result = PyUnicode_DecodeUTF8(buf, (Py_ssize_t)len, "replace");
+done:
+    for (i = 0; keep != NULL && i < n; i++)
+        Py_XDECREF(keep[i]);
+    free(buf);
+    PyMem_Free(keep);
+    PyMem_Free(views);
+    PyMem_RawFree(nodes);
+    Py_XDECREF(nseq);
+    Py_XDECREF(aseq);
+    return result;
+}
+
+PyObject *
+hcb_py_print_write(hcb_state *st, PyObject *args)
+{
+    PyObject *stream, *texts;
+    Py_ssize_t i;
+    int locked, ok = 1;
+
+    if (!PyArg_ParseTuple(args, "OO!:print_write", &stream, &PyTuple_Type,
+                          &texts))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    locked = print_lock();
+    Py_END_ALLOW_THREADS;
+    for (i = 0; ok && i < PyTuple_GET_SIZE(texts); i++)
+        ok = write_text(st, stream == Py_None ? NULL : stream,
+                        PyTuple_GET_ITEM(texts, i)) == 0;
+    print_unlock(locked);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}

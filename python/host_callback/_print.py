@@ -1,0 +1,258 @@
+"""``id_print``: ``id_tap`` with a tap that prints, formatted in C.
+
+Each tap writes up to two chunks, each with ``output_stream.write(s +
+"\\n")`` (or to ``sys.stdout``, as ``print`` would):
+
+* the ``k: v`` pairs of the keyword arguments, sorted by key, with
+  ``transforms`` (when the tap is under a transformation) and ``device``
+  (with ``tap_with_device=True``) among them; left out when there are none;
+* the value: tuples ``( a b )``, lists ``[ a b ]``, dicts ``{ k=a l=b }``
+  with sorted keys, on one line when they fit in 80 columns, else one
+  element per line indented by two per level (JAX's pretty printer), and
+  each array exactly as ``numpy.array2string(a, threshold=threshold)``
+  prints it.
+
+The arrays are formatted by libhcb's printer (src/print.c) on the device's
+consumer thread, without the GIL; the GIL is taken only to write.  What
+stays fixed for a tap site is prepared once, when it is traced: the layout
+of the value (from its treedef), the ``k: v`` line (the keyword values are
+``str()``-ed then), numpy's print options (``numpy.get_printoptions()``) and
+the names of the devices.  Values the C printer cannot lay out by itself
+(custom pytree nodes, dtypes it does not know, numpy print options it does
+not implement: ``legacy`` or ``formatter``) are formatted the same way in
+Python, from the numpy arrays, on the consumer thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import ml_dtypes
+import numpy as np
+
+from host_callback import _hcb
+from host_callback import _runtime
+from host_callback import _tap
+from host_callback._types import CallbackFlavor
+
+# hcb_print_kind (include/hcb/hcb.h)
+_ARRAY, _TEXT, _TUPLE, _LIST, _DICT = range(5)
+
+_FLOATMODES = {"maxprec": 0, "fixed": 1, "unique": 2, "maxprec_equal": 3}
+_MAX_PRECISION = 400  # HCB__D4_MAX_PRECISION (src/dragon4.h)
+
+# The dtypes the C printer prints; numpy prints the others.
+_C_DTYPES = frozenset(np.dtype(t) for t in (
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+    np.uint32, np.uint64, np.float16, np.float32, np.float64, np.complex64,
+    np.complex128, ml_dtypes.bfloat16))
+
+Node = tuple[int, int, "str | None", "str | None"]
+
+
+def _c_options(numpy_options: dict[str, Any],
+               threshold: int | None) -> tuple[Any, ...] | None:
+  """numpy's print options as the C printer takes them, or None when the
+  C printer does not implement them."""
+  o = numpy_options
+  if (o.get("legacy") not in (False, None) or o.get("formatter") is not None
+      or o["floatmode"] not in _FLOATMODES
+      or not 0 <= o["precision"] <= _MAX_PRECISION
+      or len(o["nanstr"].encode()) > 15 or len(o["infstr"].encode()) > 15):
+    return None
+  return (int(o["threshold"] if threshold is None else threshold),
+          int(o["edgeitems"]), int(o["linewidth"]), int(o["precision"]),
+          _FLOATMODES[o["floatmode"]], str(o["sign"]), bool(o["suppress"]),
+          o["nanstr"], o["infstr"])
+
+
+_DEFAULT_OPTIONS = _c_options(dict(np.get_printoptions(), legacy=False,
+                                   formatter=None), None)
+
+
+def _frozen(value: Any) -> Any:
+  try:
+    hash(value)
+    return value
+  except TypeError:
+    return ("id", id(value))
+
+
+class Printer:
+  """The tap function of an ``id_print`` site: what to print besides the
+  value, where, and with which numpy print options (taken when the site
+  was traced).  Equal printers share a compiled tap.
+
+  Called like any tap function (``printer(arg, transforms, device=None)``)
+  it formats in Python through the same C printer; registered with a tap
+  site (``register_tap_site``) it becomes a C target that formats without
+  the GIL.
+  """
+
+  __slots__ = ("kwargs", "threshold", "output_stream", "numpy_options",
+               "options", "_key", "__weakref__")
+
+  def __init__(self, kwargs: dict[str, Any], output_stream: Any,
+               threshold: int | None):
+    self.kwargs = tuple(sorted((str(k), str(v)) for k, v in kwargs.items()))
+    self.threshold = None if threshold is None else int(threshold)
+    self.output_stream = output_stream
+    self.numpy_options = np.get_printoptions()
+    self.options = _c_options(self.numpy_options, self.threshold)
+    self._key = (self.kwargs, self.threshold, id(output_stream),
+                 tuple((k, _frozen(v))
+                       for k, v in sorted(self.numpy_options.items())))
+
+  def __hash__(self) -> int:
+    return hash(self._key)
+
+  def __eq__(self, other: object) -> bool:
+    return (isinstance(other, Printer) and other._key == self._key and
+            other.output_stream is self.output_stream)
+
+  def __repr__(self) -> str:
+    return "id_print"
+
+  # ---- the Python path -------------------------------------------------------
+
+  def __call__(self, arg: Any, transforms: Sequence[Any],
+               device: Any = None) -> None:
+    texts = []
+    kv = self.kv_line(transforms, device)
+    if kv:
+      texts.append(kv + "\n")
+    texts.append(self.format(arg) + "\n")
+    _hcb.print_write(self.output_stream, tuple(texts))
+
+  def kv_line(self, transforms: Sequence[Any], device: Any) -> str:
+    """The ``k: v`` line of one tap (empty when there is nothing)."""
+    pairs = dict(self.kwargs)
+    if transforms:
+      pairs["transforms"] = _transforms_text(transforms)
+    if device is not None:
+      pairs["device"] = str(device)
+    return " ".join(f"{k}: {v}" for k, v in sorted(pairs.items()))
+
+  def format(self, value: Any) -> str:
+    """The text of one value (a pytree of numpy arrays)."""
+    nodes: list[Node] = []
+    arrays: list[np.ndarray] = []
+    self._walk(value, None, nodes, arrays)
+    return _hcb.format_value(nodes, arrays, self.options or _DEFAULT_OPTIONS)
+
+  def _walk(self, value: Any, key: str | None, nodes: list[Node],
+            arrays: list[np.ndarray]) -> None:
+    if isinstance(value, (tuple, list)):
+      nodes.append((_TUPLE if isinstance(value, tuple) else _LIST,
+                    len(value), key, None))
+      for v in value:
+        self._walk(v, None, nodes, arrays)
+    elif isinstance(value, dict):
+      items = sorted(value.items())
+      nodes.append((_DICT, len(items), key, None))
+      for k, v in items:
+        self._walk(v, str(k), nodes, arrays)
+    elif isinstance(value, np.ndarray):
+      if self.options is not None and value.dtype in _C_DTYPES:
+        nodes.append((_ARRAY, 0, key, None))
+        arrays.append(value)
+      else:
+        with np.printoptions(**self.numpy_options):
+          text = np.array2string(value, threshold=self.threshold)
+        nodes.append((_TEXT, 0, key, text))
+    else:
+      nodes.append((_TEXT, 0, key, str(value)))
+
+  # ---- the C path ------------------------------------------------------------
+
+  def register_tap_site(self, site: _runtime.TapSite) -> int:
+    """Registers ``site`` (whose func is this printer) with the runtime:
+    as a C print target when its layout is fixed, else as a Python tap."""
+    nodes: list[Node] = []
+    if self.options is None or not _treedef_nodes(site.treedef, None, nodes):
+      return _hcb.register_tap(site, "id_print")
+    pairs = dict(self.kwargs)
+    if site.transforms:
+      pairs["transforms"] = _transforms_text(site.transforms)
+    before = " ".join(f"{k}: {v}" for k, v in sorted(pairs.items())
+                      if not site.with_device or k < "device")
+    after = ""
+    if site.with_device:
+      pairs.pop("device", None)
+      before += (" " if before else "") + "device: "
+      after = "".join(f" {k}: {v}" for k, v in sorted(pairs.items())
+                      if k > "device")
+    devices = tuple((_runtime.device_key(d), str(d))
+                    for d in jax.devices("cpu"))
+    return _hcb.register_print(site, "id_print", nodes, before, after,
+                               site.with_device, devices, self.options,
+                               self.output_stream)
+
+
+def _transforms_text(transforms: Sequence[Any]) -> str:
+  return str([(name, params) if params else name
+              for name, params in transforms])
+
+
+def _treedef_nodes(treedef: Any, key: str | None, out: list[Node]) -> bool:
+  """Appends the print nodes of a treedef's value; False when the layout
+  depends on more than the treedef (custom pytree nodes)."""
+  if treedef.num_nodes == 1 and treedef.num_leaves == 1:
+    out.append((_ARRAY, 0, key, None))
+    return True
+  node_type, aux = treedef.node_data()
+  children = treedef.children()
+  if node_type is type(None):
+    out.append((_TEXT, 0, key, "None"))
+    return True
+  if node_type is tuple or (issubclass(node_type, tuple) and
+                            hasattr(node_type, "_fields")):
+    out.append((_TUPLE, len(children), key, None))
+    keys: Sequence[str | None] = [None] * len(children)
+  elif node_type is list:
+    out.append((_LIST, len(children), key, None))
+    keys = [None] * len(children)
+  elif node_type is dict:  # JAX sorts the keys, as id_print does
+    out.append((_DICT, len(children), key, None))
+    keys = [str(k) for k in aux]
+  else:
+    return False
+  return all(_treedef_nodes(c, k, out) for c, k in zip(children, keys))
+
+
+def id_print(arg: Any, *, result: Any = None, tap_with_device: bool = False,
+             device_index: int = 0, output_stream: Any = None,
+             threshold: int | None = None,
+             callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
+             **kwargs: Any) -> Any:
+  """Like :func:`id_tap` with a tap that prints ``arg`` on the host.
+
+  Each tap prints the keyword arguments, if any, as ``k: v`` pairs sorted
+  by key on one line (with ``transforms`` under a transformation and
+  ``device`` with ``tap_with_device``), then ``arg``: tuples as ``( a b )``,
+  lists as ``[ a b ]``, dicts as ``{ k=a }``, broken over lines when longer
+  than 80 columns, and arrays exactly as ``numpy.array2string`` prints them
+  with the print options in effect when the function is traced.  Lines of
+  one tap are never interleaved with another's.
+
+  Args:
+    arg: the pytree of arrays to print; returned (unless ``result``).
+    result: if given, returned instead of ``arg``, after the print.
+    tap_with_device: also print the device the value comes from.
+    device_index: which device prints in a multi-device computation.
+    output_stream: an object with a ``write(str)`` method; each chunk is
+      written as ``write(s + "\\n")``.  Default: ``sys.stdout``.
+    threshold: ``numpy.array2string``'s threshold: arrays with more
+      elements are summarised with ``...`` (default: numpy's, 1000).
+    callback_flavor: see :class:`CallbackFlavor`.
+    **kwargs: printed before the value, ``str()``-ed when traced.
+
+  Returns:
+    ``arg``, or ``result`` if given.
+  """
+  printer = Printer(kwargs, output_stream, threshold)
+  return _tap.id_tap(printer, arg, result=result,
+                     tap_with_device=tap_with_device,
+                     device_index=device_index,
+                     callback_flavor=callback_flavor)
