@@ -345,6 +345,25 @@ dragon4(const hcb__fp *f, bool unique, bool total, int32_t cutoff_max,
 /* ---- positional and scientific text ---------------------------------------
  */
 
+/* After the digits: the point (unless trimmed away with it), then zeros up
+ * to the digits asked for ('k') or a single zero ('0'). */
+static size_t
+finish_fraction(char *buf, size_t pos, int32_t *nfrac, const hcb__d4_options *o)
+{
+    int32_t want = o->unique ? o->min_digits : o->precision;
+
+    if (o->trim != HCB__TRIM_POINT && *nfrac == 0)
+        buf[pos++] = '.';
+    if (o->trim == HCB__TRIM_ONE && *nfrac == 0) {
+        buf[pos++] = '0';
+        (*nfrac)++;
+    } else if (o->trim == HCB__TRIM_KEEP) {
+        for (; *nfrac < want; (*nfrac)++)
+            buf[pos++] = '0';
+    }
+    return pos;
+}
+
 static size_t
 trim_zeros(char *buf, size_t pos, int32_t *nfrac, hcb__trim trim)
 {
@@ -369,7 +388,7 @@ static size_t
 positional(char *buf, const hcb__fp *f, const hcb__d4_options *o)
 {
     char digits[MAX_DIGITS + 1];
-    int32_t exp10, nwhole, nfrac = 0, want, i;
+    int32_t exp10, nwhole, nfrac = 0, i;
     int has_sign = f->negative || o->sign;
     int n = dragon4(f, o->unique, false, o->precision, o->min_digits, digits,
                     &exp10);
@@ -399,21 +418,7 @@ positional(char *buf, const hcb__fp *f, const hcb__d4_options *o)
         pos += (size_t)n;
         nfrac = n - exp10 - 1;
     }
-    if (o->trim != HCB__TRIM_POINT && nfrac == 0)
-        buf[pos++] = '.';
-
-    want = o->unique ? o->min_digits : o->precision;
-    if (want < 0)
-        want = 0;
-    if (o->trim == HCB__TRIM_ONE) {
-        if (nfrac == 0) {
-            buf[pos++] = '0';
-            nfrac++;
-        }
-    } else if (o->trim == HCB__TRIM_KEEP) {
-        for (; nfrac < want; nfrac++)
-            buf[pos++] = '0';
-    }
+    pos = finish_fraction(buf, pos, &nfrac, o);
     pos = trim_zeros(buf, pos, &nfrac, o->trim);
 
     if (o->pad_right >= nfrac) {
@@ -437,7 +442,7 @@ static size_t
 scientific(char *buf, const hcb__fp *f, const hcb__d4_options *o)
 {
     char digits[MAX_DIGITS + 1], expbuf[8];
-    int32_t exp10, nfrac, want, i, lead = 1 + (f->negative || o->sign);
+    int32_t exp10, nfrac, i, lead = 1 + (f->negative || o->sign);
     int32_t min_exp_digits = o->exp_digits < 0 ? 2 : o->exp_digits;
     int n;
     size_t pos = 0, ne = 0;
@@ -456,21 +461,7 @@ scientific(char *buf, const hcb__fp *f, const hcb__d4_options *o)
         memcpy(buf + pos, digits + 1, (size_t)nfrac);
         pos += (size_t)nfrac;
     }
-    if (o->trim != HCB__TRIM_POINT && nfrac == 0)
-        buf[pos++] = '.';
-
-    want = o->unique ? o->min_digits : o->precision;
-    if (want < 0)
-        want = 0;
-    if (o->trim == HCB__TRIM_ONE) {
-        if (nfrac == 0) {
-            buf[pos++] = '0';
-            nfrac++;
-        }
-    } else if (o->trim == HCB__TRIM_KEEP) {
-        for (; nfrac < want; nfrac++)
-            buf[pos++] = '0';
-    }
+    pos = finish_fraction(buf, pos, &nfrac, o);
     if (o->trim != HCB__TRIM_KEEP && nfrac > 0) {
         while (buf[pos - 1] == '0')
             pos--;

@@ -67,8 +67,8 @@ def _c_options(numpy_options: dict[str, Any],
           o["nanstr"], o["infstr"])
 
 
-_DEFAULT_OPTIONS = _c_options(dict(np.get_printoptions(), legacy=False,
-                                   formatter=None), None)
+# numpy's defaults: the layout options when every array is numpy's text.
+_DEFAULT_OPTIONS = (1000, 3, 75, 8, 0, "-", False, "nan", "inf")
 
 
 def _frozen(value: Any) -> Any:

@@ -497,6 +497,17 @@ def test_values_the_c_printer_cannot_lay_out_use_numpy():
                           legacy + "\n")
 
 
+def test_dtype_the_c_printer_does_not_know_falls_back_to_numpy():
+  # A plain tuple gets the C target; the float8 array makes it hand the
+  # record to the Python path, which prints that array with numpy.
+  s = io.StringIO()
+  f8 = jnp.array([0.5, 2.0, -448.0], jnp.float8_e4m3fn)
+  jax.jit(lambda x, y: hcb.id_print((x, y), output_stream=s, n=1))(
+      jnp.arange(2.0), f8)
+  hcb.barrier_wait()
+  assert s.getvalue() == expected_tap((np.arange(2.0), np.asarray(f8)), n=1)
+
+
 def test_printing_outside_jit():
   s = io.StringIO()
   hcb.id_print({"b": jnp.ones(2), "a": None}, output_stream=s, k=1)
