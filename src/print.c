@@ -57,9 +57,13 @@ sb_reserve(sbuf *s, size_t extra)
     s->cap = cap;
 }
 
+/* Both return early for n == 0: s->p may still be NULL, and NULL + 0 is
+ * undefined in C. */
 static void
 sb_put(sbuf *s, const char *t, size_t n)
 {
+    if (n == 0)
+        return;
     sb_reserve(s, n);
     if (s->oom)
         return;
@@ -76,6 +80,8 @@ sb_putc(sbuf *s, char c)
 static void
 sb_fill(sbuf *s, char c, size_t n)
 {
+    if (n == 0)
+        return;
     sb_reserve(s, n);
     if (s->oom)
         return;
@@ -655,10 +661,13 @@ typedef struct layout {
 static void
 put_row(sbuf *out, size_t *skip, const char *t, size_t n)
 {
-    size_t k = *skip < n ? *skip : n;
-
-    *skip -= k;
-    sb_put(out, t + k, n - k);
+    /* t is NULL when the line buffer never got memory (then n is 0) */
+    if (n <= *skip) {
+        *skip -= n;
+        return;
+    }
+    sb_put(out, t + *skip, n - *skip);
+    *skip = 0;
 }
 
 /* numpy's _extendLine: wrap before `word` if the line would pass `width`,
@@ -831,7 +840,11 @@ make_shape(shape *sh, const hcb_array *a, const hcb_print_options *o,
     sh->item = hcb_dtype_size(a->dtype);
     sh->rank = a->rank;
     sh->dims = a->dims;
-    if (a->nbytes != n * sh->item || (n > 0 && a->data == NULL))
+    if (n > 0 && a->data == NULL)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "array of %zu %s elements has no data (NULL)", n,
+                             hcb_dtype_name(a->dtype));
+    if (a->nbytes != n * sh->item)
         return hcb_error_set(err, HCB_EINVAL,
                              "array of %zu %s elements has %zu bytes, "
                              "expected %zu",

@@ -448,7 +448,8 @@ typedef struct hcb_print_options {
  * the defaults) and the installed numpy 2.x: bool, integers, float16/32/64,
  * complex64/128 digit for digit (shortest round-trip digits, numpy's choice
  * of positional or scientific notation, alignment, nan/inf, summarisation,
- * line wrapping), bfloat16 and the float8 types as ml_dtypes prints them.
+ * line wrapping), and bfloat16 as ml_dtypes prints it; other types (the
+ * float8 types) are HCB_EUNIMPL.
  *
  * Like snprintf: writes at most `cap` bytes including a terminating NUL
  * (nothing if `cap` is 0) and sets `*len` (may be NULL) to the length of

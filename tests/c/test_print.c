@@ -1,0 +1,1037 @@
+/*
+ * test_print.c - hcb_format_array and hcb_format_value against numpy and
+ * JAX's pretty printer.
+ *
+ * Every expected string was printed by numpy 2.4.6 (ml_dtypes for bfloat16)
+ * or by jax._src.pretty_printer in the project's .venv; the Python that
+ * produced it is in the comment beside it, with `np.array2string(x)`
+ * shortened to `x` where x is an array built with the default options.
+ * For the value layout, in those comments:
+ *
+ *   A = lambda a: pp.text(np.array2string(a))
+ *   C = lambda o, c, ch: pp.group(pp.concat(
+ *           [pp.text(o), pp.nest(2, pp.join(pp.brk(), ch)), pp.text(c)]))
+ *   T = lambda *ch: C("( ", " )", list(ch))            # tuples
+ *   L = lambda *ch: C("[ ", " ]", list(ch))            # lists
+ *   D = lambda **kw: C("{ ", " }", [pp.concat([pp.text(f"{k}="), v])
+ *                                   for k, v in kw.items()])
+ *
+ * and the text is doc.format(80, use_color=False), i.e. str(doc).
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+
+/* Large enough for every expected text here (the longest is ~140). */
+#define OUT_CAP 4096
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static hcb_print_options
+defaults(void)
+{
+    hcb_print_options o = HCB_PRINT_OPTIONS_INIT;
+
+    return o;
+}
+
+/* A view of `data` (borrowed; the tests keep it alive) with the byte count
+ * its shape implies. */
+static hcb_array
+view(hcb_dtype t, int32_t rank, const int64_t *dims, const void *data)
+{
+    size_t n = 1;
+    int32_t d;
+    hcb_array a;
+
+    for (d = 0; d < rank; d++)
+        n *= (size_t)dims[d];
+    a.dtype = t;
+    a.rank = rank;
+    a.dims = dims;
+    a.data = (void *)data;
+    a.nbytes = n * hcb_dtype_size(t);
+    return a;
+}
+
+/* Formats `a` and checks the whole text and the reported length. */
+static void
+check_text(const hcb_array *a, const hcb_print_options *o, const char *want)
+{
+    char buf[OUT_CAP];
+    size_t len = 0;
+    hcb_error err = {0};
+    int rc = hcb_format_array(a, o, buf, sizeof buf, &len, &err);
+
+    if (rc != HCB_OK)
+        fail_msg("hcb_format_array failed (%d): %s", rc, err.message);
+    assert_string_equal(buf, want);
+    assert_int_equal(len, strlen(want));
+}
+
+static void
+check(hcb_dtype t, int32_t rank, const int64_t *dims, const void *data,
+      const hcb_print_options *o, const char *want)
+{
+    hcb_array a = view(t, rank, dims, data);
+
+    check_text(&a, o, want);
+}
+
+/* A 1-d array of the listed values of C type `type`. */
+#define CHECK_1D(type, dtype, opts, want, ...)                                 \
+    do {                                                                       \
+        const type v_[] = {__VA_ARGS__};                                       \
+        const int64_t d_[1] = {(int64_t)(sizeof v_ / sizeof v_[0])};           \
+        check(dtype, 1, d_, v_, opts, want);                                   \
+    } while (0)
+
+/* A 1-d complex array: the listed values are (real, imaginary) pairs. */
+#define CHECK_1D_COMPLEX(type, dtype, opts, want, ...)                         \
+    do {                                                                       \
+        const type v_[] = {__VA_ARGS__};                                       \
+        const int64_t d_[1] = {(int64_t)(sizeof v_ / sizeof v_[0] / 2)};       \
+        check(dtype, 1, d_, v_, opts, want);                                   \
+    } while (0)
+
+/* A 0-d array of one value. */
+#define CHECK_0D(type, dtype, opts, want, value)                               \
+    do {                                                                       \
+        const type v_ = value;                                                 \
+        check(dtype, 0, NULL, &v_, opts, want);                                \
+    } while (0)
+
+/* ---- element types ------------------------------------------------------- */
+
+static void
+test_bool(void **state)
+{
+    (void)state;
+    /* np.array([True, False, True]) */
+    CHECK_1D(uint8_t, HCB_BOOL, NULL, "[ True False  True]", 1, 0, 1);
+    /* np.array(True), np.array(False): no room kept for " True" */
+    CHECK_0D(uint8_t, HCB_BOOL, NULL, "True", 1);
+    CHECK_0D(uint8_t, HCB_BOOL, NULL, "False", 0);
+    /* numpy reads any non-zero byte as True */
+    CHECK_0D(uint8_t, HCB_BOOL, NULL, "True", 0x80);
+}
+
+static void
+test_integer_extremes(void **state)
+{
+    (void)state;
+    /* np.array([-128, 0, 127], np.int8) */
+    CHECK_1D(int8_t, HCB_S8, NULL, "[-128    0  127]", INT8_MIN, 0, INT8_MAX);
+    /* np.array([-32768, 32767], np.int16) */
+    CHECK_1D(int16_t, HCB_S16, NULL, "[-32768  32767]", INT16_MIN, INT16_MAX);
+    /* np.array([-2147483648, 2147483647], np.int32) */
+    CHECK_1D(int32_t, HCB_S32, NULL, "[-2147483648  2147483647]", INT32_MIN,
+             INT32_MAX);
+    /* np.array([-2**63, 0, 2**63 - 1], np.int64) */
+    CHECK_1D(int64_t, HCB_S64, NULL,
+             "[-9223372036854775808                    0  "
+             "9223372036854775807]",
+             INT64_MIN, 0, INT64_MAX);
+    /* np.array([0, 255], np.uint8) */
+    CHECK_1D(uint8_t, HCB_U8, NULL, "[  0 255]", 0, UINT8_MAX);
+    /* np.array([0, 65535], np.uint16) */
+    CHECK_1D(uint16_t, HCB_U16, NULL, "[    0 65535]", 0, UINT16_MAX);
+    /* np.array([0, 2**32 - 1], np.uint32) */
+    CHECK_1D(uint32_t, HCB_U32, NULL, "[         0 4294967295]", 0, UINT32_MAX);
+    /* np.array([0, 7, 2**64 - 1], np.uint64) */
+    CHECK_1D(uint64_t, HCB_U64, NULL,
+             "[                   0                    7 "
+             "18446744073709551615]",
+             0, 7, UINT64_MAX);
+    /* np.array([1, -2, 30]) */
+    CHECK_1D(int64_t, HCB_S64, NULL, "[ 1 -2 30]", 1, -2, 30);
+    /* np.array(5) */
+    CHECK_0D(int32_t, HCB_S32, NULL, "5", 5);
+    /* np.array(-2**63) */
+    CHECK_0D(int64_t, HCB_S64, NULL, "-9223372036854775808", INT64_MIN);
+}
+
+static void
+test_sign(void **state)
+{
+    hcb_print_options plus = defaults(), space = defaults();
+
+    (void)state;
+    plus.sign = '+';
+    space.sign = ' ';
+    /* np.array2string(np.array([1, 2, 30]), sign='+') */
+    CHECK_1D(int64_t, HCB_S64, &plus, "[ +1  +2 +30]", 1, 2, 30);
+    /* np.array2string(np.array([1, -2, 30]), sign='+') */
+    CHECK_1D(int64_t, HCB_S64, &plus, "[ +1  -2 +30]", 1, -2, 30);
+    /* np.array2string(np.array([1, 2, 30]), sign=' ') */
+    CHECK_1D(int64_t, HCB_S64, &space, "[  1   2  30]", 1, 2, 30);
+    /* np.array2string(np.array([1, -2, 30]), sign=' '): a minus already
+     * holds the sign column */
+    CHECK_1D(int64_t, HCB_S64, &space, "[ 1 -2 30]", 1, -2, 30);
+    /* np.array2string(np.array([0, 2**64 - 1], np.uint64), sign='+') */
+    CHECK_1D(uint64_t, HCB_U64, &plus,
+             "[                   +0 +18446744073709551615]", 0, UINT64_MAX);
+    /* np.array2string(np.array(5), sign='+') */
+    CHECK_0D(int32_t, HCB_S32, &plus, "+5", 5);
+    /* np.array2string(np.array([1.5, 2.]), sign='+') */
+    CHECK_1D(double, HCB_F64, &plus, "[+1.5 +2. ]", 1.5, 2.0);
+    /* np.array2string(np.array([1.5, 2.]), sign=' ') */
+    CHECK_1D(double, HCB_F64, &space, "[ 1.5  2. ]", 1.5, 2.0);
+    /* np.array2string(np.array([1.5, -2.]), sign=' ') */
+    CHECK_1D(double, HCB_F64, &space, "[ 1.5 -2. ]", 1.5, -2.0);
+}
+
+static void
+test_float64_notation(void **state)
+{
+    (void)state;
+    /* np.array([1., 2.5]) */
+    CHECK_1D(double, HCB_F64, NULL, "[1.  2.5]", 1.0, 2.5);
+    /* np.array([1e8, 1.]): max >= 1e8 */
+    CHECK_1D(double, HCB_F64, NULL, "[1.e+08 1.e+00]", 1e8, 1.0);
+    /* np.array([99999999., 1.]): just below; the ratio decides */
+    CHECK_1D(double, HCB_F64, NULL, "[9.9999999e+07 1.0000000e+00]", 99999999.0,
+             1.0);
+    /* np.array([5e-5, 2e-5]): min < 1e-4 */
+    CHECK_1D(double, HCB_F64, NULL, "[5.e-05 2.e-05]", 5e-5, 2e-5);
+    /* np.array([1e-4, 2e-4]): min == 1e-4 stays positional */
+    CHECK_1D(double, HCB_F64, NULL, "[0.0001 0.0002]", 1e-4, 2e-4);
+    /* np.array([1., 1000.]): ratio == 1000 stays positional */
+    CHECK_1D(double, HCB_F64, NULL, "[   1. 1000.]", 1.0, 1000.0);
+    /* np.array([1., 1000.5]): ratio > 1000 */
+    CHECK_1D(double, HCB_F64, NULL, "[1.0000e+00 1.0005e+03]", 1.0, 1000.5);
+    /* np.array([1e100, 1e8]): exponents padded to the widest */
+    CHECK_1D(double, HCB_F64, NULL, "[1.e+100 1.e+008]", 1e100, 1e8);
+    /* np.array([1e-300, 1.]) */
+    CHECK_1D(double, HCB_F64, NULL, "[1.e-300 1.e+000]", 1e-300, 1.0);
+    /* np.array([np.finfo(np.float64).max, -np.finfo(np.float64).max]) */
+    CHECK_1D(double, HCB_F64, NULL, "[ 1.79769313e+308 -1.79769313e+308]",
+             1.7976931348623157e308, -1.7976931348623157e308);
+    /* np.array([2**-1074]), the least subnormal */
+    CHECK_1D(double, HCB_F64, NULL, "[5.e-324]", 4.9406564584124654e-324);
+    /* np.array(1.5) */
+    CHECK_0D(double, HCB_F64, NULL, "1.5", 1.5);
+}
+
+static void
+test_float32_and_float16(void **state)
+{
+    (void)state;
+    /* np.array([0.1], np.float32): the shortest digits of the float32 */
+    CHECK_1D(float, HCB_F32, NULL, "[0.1]", 0.1f);
+    /* np.array(np.float32(0.1)) */
+    CHECK_0D(float, HCB_F32, NULL, "0.1", 0.1f);
+    /* np.array([1e6, 1.], np.float32): float32 switches at 1e6 */
+    CHECK_1D(float, HCB_F32, NULL, "[1.e+06 1.e+00]", 1e6f, 1.0f);
+    /* np.array([999999., 1.], np.float32) */
+    CHECK_1D(float, HCB_F32, NULL, "[9.99999e+05 1.00000e+00]", 999999.0f,
+             1.0f);
+    /* np.array([60000, 1], np.float16): float16 switches at 1000 */
+    CHECK_1D(uint16_t, HCB_F16, NULL, "[6.e+04 1.e+00]", 0x7b53, 0x3c00);
+    /* np.array([999, 1], np.float16) */
+    CHECK_1D(uint16_t, HCB_F16, NULL, "[999.   1.]", 0x63ce, 0x3c00);
+    /* np.array([0.1, 1], np.float16) */
+    CHECK_1D(uint16_t, HCB_F16, NULL, "[0.1 1. ]", 0x2e66, 0x3c00);
+    /* np.array([1.0205, 0.00102], np.float16): the ratio is 1000.07 but
+     * numpy divides in float16, where it rounds to 1000: positional */
+    CHECK_1D(uint16_t, HCB_F16, NULL, "[1.0205  0.00102]", 0x3c15, 0x142e);
+}
+
+static void
+test_bfloat16(void **state)
+{
+    (void)state;
+    /* np.array([1.5, 10, -100, 0.1, 1e10], ml_dtypes.bfloat16): ml_dtypes
+     * prints its scalars with %g and numpy joins them unpadded */
+    CHECK_1D(uint16_t, HCB_BF16, NULL, "[1.5 10 -100 0.100098 9.99922e+09]",
+             0x3fc0, 0x4120, 0xc2c8, 0x3dcd, 0x5015);
+    /* np.array([1.5, np.nan, np.inf, -np.inf], ml_dtypes.bfloat16) */
+    CHECK_1D(uint16_t, HCB_BF16, NULL, "[1.5 nan inf -inf]", 0x3fc0, 0x7fc0,
+             0x7f80, 0xff80);
+    /* np.array(1.5, ml_dtypes.bfloat16) */
+    CHECK_0D(uint16_t, HCB_BF16, NULL, "1.5", 0x3fc0);
+}
+
+static void
+test_complex(void **state)
+{
+    (void)state;
+    /* np.array([1+2j, complex(np.nan, 1), complex(1, np.inf),
+     *           -1.5-0.25j], np.complex64) */
+    CHECK_1D_COMPLEX(float, HCB_C64, NULL,
+                     "[ 1. +2.j    nan+1.j    1.  +infj -1.5-0.25j]", 1.0f,
+                     2.0f, NAN, 1.0f, 1.0f, INFINITY, -1.5f, -0.25f);
+    /* np.array([1+2j, 3-4.5j]) */
+    CHECK_1D_COMPLEX(double, HCB_C128, NULL, "[1.+2.j  3.-4.5j]", 1.0, 2.0, 3.0,
+                     -4.5);
+    /* np.array([np.nan, 1.0+0j], np.complex64) */
+    CHECK_1D_COMPLEX(float, HCB_C64, NULL, "[nan+0.j  1.+0.j]", NAN, 0.0f, 1.0f,
+                     0.0f);
+    {
+        const double z[2] = {1.0, 2.0};
+
+        /* np.array(1+2j) */
+        check(HCB_C128, 0, NULL, z, NULL, "1.+2.j");
+    }
+}
+
+static void
+test_nonfinite_and_zero(void **state)
+{
+    hcb_print_options o = defaults();
+
+    (void)state;
+    /* np.array([1.5, np.nan, np.inf, -np.inf]) */
+    CHECK_1D(double, HCB_F64, NULL, "[ 1.5  nan  inf -inf]", 1.5, NAN, INFINITY,
+             -INFINITY);
+    /* np.array([np.nan, np.inf]) */
+    CHECK_1D(double, HCB_F64, NULL, "[nan inf]", NAN, INFINITY);
+    /* np.array([np.nan, -np.inf]) */
+    CHECK_1D(double, HCB_F64, NULL, "[ nan -inf]", NAN, -INFINITY);
+    /* np.array([-0., 1.]) */
+    CHECK_1D(double, HCB_F64, NULL, "[-0.  1.]", -0.0, 1.0);
+    /* np.array([-0., 0.]) */
+    CHECK_1D(double, HCB_F64, NULL, "[-0.  0.]", -0.0, 0.0);
+    /* np.array(-0.) */
+    CHECK_0D(double, HCB_F64, NULL, "-0.", -0.0);
+    /* with np.printoptions(nanstr='NaN', infstr='Inf'):
+     *     np.array([1.5, np.nan, -np.inf]) */
+    strcpy(o.nanstr, "NaN");
+    strcpy(o.infstr, "Inf");
+    CHECK_1D(double, HCB_F64, &o, "[ 1.5  NaN -Inf]", 1.5, NAN, -INFINITY);
+}
+
+static void
+test_precision_and_floatmode(void **state)
+{
+    hcb_print_options o = defaults();
+
+    (void)state;
+    /* np.array([0.001953125]): 8 digits end on a tie, which goes to even */
+    CHECK_1D(double, HCB_F64, NULL, "[0.00195312]", 0.001953125);
+    /* np.array([0.0009765625]) */
+    CHECK_1D(double, HCB_F64, NULL, "[0.00097656]", 0.0009765625);
+    /* np.array([0.125, 0.375]) */
+    CHECK_1D(double, HCB_F64, NULL, "[0.125 0.375]", 0.125, 0.375);
+    /* np.array2string(np.array([1., 0.5, 1/3]), floatmode='maxprec') */
+    CHECK_1D(double, HCB_F64, NULL, "[1.         0.5        0.33333333]", 1.0,
+             0.5, 1.0 / 3);
+
+    o.floatmode = HCB_FLOATMODE_FIXED;
+    /* np.array2string(np.array([1., 0.5, 1/3]), floatmode='fixed') */
+    CHECK_1D(double, HCB_F64, &o, "[1.00000000 0.50000000 0.33333333]", 1.0,
+             0.5, 1.0 / 3);
+    /* np.array2string(np.array([1e20, 2.5e-3]), floatmode='fixed',
+     *                 precision=2) */
+    o.precision = 2;
+    CHECK_1D(double, HCB_F64, &o, "[1.00e+20 2.50e-03]", 1e20, 2.5e-3);
+    /* np.array2string(np.array([1., 0.5, 1/3]), floatmode='fixed',
+     *                 precision=0) */
+    o.precision = 0;
+    CHECK_1D(double, HCB_F64, &o, "[1. 0. 0.]", 1.0, 0.5, 1.0 / 3);
+
+    o.floatmode = HCB_FLOATMODE_UNIQUE;
+    /* np.array2string(np.array([1., 0.5, 1/3]), floatmode='unique'):
+     * precision (0 here) is ignored */
+    CHECK_1D(double, HCB_F64, &o,
+             "[1.                 0.5                0.3333333333333333]", 1.0,
+             0.5, 1.0 / 3);
+    /* np.array2string(np.array([1/3], np.float32), floatmode='unique') */
+    CHECK_1D(float, HCB_F32, &o, "[0.33333334]", 1.0f / 3);
+
+    o.floatmode = HCB_FLOATMODE_MAXPREC_EQUAL;
+    o.precision = 8;
+    /* np.array2string(np.array([1., 0.5, 0.25]), floatmode='maxprec_equal') */
+    CHECK_1D(double, HCB_F64, &o, "[1.00 0.50 0.25]", 1.0, 0.5, 0.25);
+    /* np.array2string(np.array([1e20, 2.5e-3]), floatmode='maxprec_equal') */
+    CHECK_1D(double, HCB_F64, &o, "[1.0e+20 2.5e-03]", 1e20, 2.5e-3);
+    /* np.array2string(np.array([1., 0.5, 1/3]), floatmode='maxprec_equal',
+     *                 precision=3) */
+    o.precision = 3;
+    CHECK_1D(double, HCB_F64, &o, "[1.000 0.500 0.333]", 1.0, 0.5, 1.0 / 3);
+}
+
+static void
+test_suppress(void **state)
+{
+    hcb_print_options o = defaults();
+
+    (void)state;
+    o.suppress = 1;
+    /* np.array2string(np.array([1e-10, 1.]), suppress_small=True) */
+    CHECK_1D(double, HCB_F64, &o, "[0. 1.]", 1e-10, 1.0);
+    /* np.array2string(np.array([1e-10, 1.])) */
+    CHECK_1D(double, HCB_F64, NULL, "[1.e-10 1.e+00]", 1e-10, 1.0);
+    /* np.array2string(np.array([1e10, 1.]), suppress_small=True): large
+     * values still switch */
+    CHECK_1D(double, HCB_F64, &o, "[1.e+10 1.e+00]", 1e10, 1.0);
+}
+
+/* ---- layout -------------------------------------------------------------- */
+
+static void
+test_summarisation(void **state)
+{
+    static int64_t big[2000];
+    int64_t small[60];
+    double reals[10];
+    const int64_t n2000[1] = {2000}, n10[1] = {10}, d46[2] = {4, 6},
+                  d345[3] = {3, 4, 5};
+    hcb_print_options o = defaults();
+    int i;
+
+    (void)state;
+    for (i = 0; i < 2000; i++)
+        big[i] = i;
+    for (i = 0; i < 60; i++)
+        small[i] = i;
+    for (i = 0; i < 10; i++)
+        reals[i] = i;
+    /* np.arange(2000): more than threshold 1000 */
+    check(HCB_S64, 1, n2000, big, NULL, "[   0    1    2 ... 1997 1998 1999]");
+
+    o.threshold = 5;
+    o.edgeitems = 2;
+    /* np.array2string(np.arange(10), threshold=5, edgeitems=2) */
+    check(HCB_S64, 1, n10, small, &o, "[0 1 ... 8 9]");
+    /* np.array2string(np.arange(10), threshold=5, edgeitems=0): numpy
+     * still shows a[-1] after the "..." */
+    o.edgeitems = 0;
+    check(HCB_S64, 1, n10, small, &o, "[... 9]");
+    /* np.array2string(np.arange(10.), threshold=5, edgeitems=0): the
+     * formatter still saw every element, hence "9." not "9" */
+    check(HCB_F64, 1, n10, reals, &o, "[... 9.]");
+    /* np.array2string(np.arange(10), threshold=5, edgeitems=5): nothing to
+     * leave out */
+    o.edgeitems = 5;
+    check(HCB_S64, 1, n10, small, &o, "[0 1 2 3 4 5 6 7 8 9]");
+    /* np.array2string(np.arange(24).reshape(4, 6), threshold=5,
+     *                 edgeitems=1) */
+    o.edgeitems = 1;
+    check(HCB_S64, 2, d46, small, &o, "[[ 0 ...  5]\n ...\n [18 ... 23]]");
+    /* np.array2string(np.arange(60).reshape(3, 4, 5), threshold=10,
+     *                 edgeitems=1) */
+    o.threshold = 10;
+    check(HCB_S64, 3, d345, small, &o,
+          "[[[ 0 ...  4]\n  ...\n  [15 ... 19]]\n\n ...\n\n"
+          " [[40 ... 44]\n  ...\n  [55 ... 59]]]");
+}
+
+static void
+test_wrapping_and_nesting(void **state)
+{
+    int64_t v[30], thousands[12];
+    const int64_t n30[1] = {30}, d26[2] = {2, 6}, d234[3] = {2, 3, 4},
+                  d2222[4] = {2, 2, 2, 2};
+    hcb_print_options o = defaults();
+    int i;
+
+    (void)state;
+    for (i = 0; i < 30; i++)
+        v[i] = i;
+    for (i = 0; i < 12; i++)
+        thousands[i] = 1000 * i;
+    /* np.arange(30): wraps before column 75 */
+    check(HCB_S64, 1, n30, v, NULL,
+          "[ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 "
+          "22 23\n 24 25 26 27 28 29]");
+    /* np.array2string(np.arange(30), max_line_width=20) */
+    o.linewidth = 20;
+    check(HCB_S64, 1, n30, v, &o,
+          "[ 0  1  2  3  4  5\n  6  7  8  9 10 11\n 12 13 14 15 16 17\n"
+          " 18 19 20 21 22 23\n 24 25 26 27 28 29]");
+    /* np.array2string(np.arange(12).reshape(2, 6) * 1000,
+     *                 max_line_width=20) */
+    check(HCB_S64, 2, d26, thousands, &o,
+          "[[    0  1000\n   2000  3000\n   4000  5000]\n"
+          " [ 6000  7000\n   8000  9000\n  10000 11000]]");
+    /* np.arange(24).reshape(2, 3, 4): one blank line between blocks */
+    check(HCB_S64, 3, d234, v, NULL,
+          "[[[ 0  1  2  3]\n  [ 4  5  6  7]\n  [ 8  9 10 11]]\n\n"
+          " [[12 13 14 15]\n  [16 17 18 19]\n  [20 21 22 23]]]");
+    /* np.arange(16).reshape(2, 2, 2, 2): two between 3-d blocks */
+    check(HCB_S64, 4, d2222, v, NULL,
+          "[[[[ 0  1]\n   [ 2  3]]\n\n  [[ 4  5]\n   [ 6  7]]]\n\n\n"
+          " [[[ 8  9]\n   [10 11]]\n\n  [[12 13]\n   [14 15]]]]");
+}
+
+/* An element printed as blanks (an empty infstr) ends the first line of a
+ * row when it wraps right after it.  numpy then drops its newline together
+ * with the indent: this once printed "[\n 1.5\n 2.5]". */
+static void
+test_wrap_after_blank_element(void **state)
+{
+    hcb_print_options o = defaults();
+
+    (void)state;
+    o.linewidth = 1;
+    o.infstr[0] = '\0';
+    /* with np.printoptions(infstr=''):
+     *     np.array2string(np.array([np.inf, 1.5, 2.5]), max_line_width=1) */
+    CHECK_1D(double, HCB_F64, &o, "[ 1.5\n 2.5]", INFINITY, 1.5, 2.5);
+    /* with np.printoptions(infstr=''):
+     *     np.array2string(np.array([[np.inf, -np.inf, 1.5],
+     *                               [np.inf, 2.5, 1.0]], np.float16),
+     *                     max_line_width=1) */
+    {
+        const uint16_t h[6] = {0x7c00, 0xfc00, 0x3e00, 0x7c00, 0x4100, 0x3c00};
+        const int64_t d23[2] = {2, 3};
+
+        check(HCB_F16, 2, d23, h, &o, "[[   -\n  1.5]\n [ 2.5\n  1. ]]");
+    }
+}
+
+static void
+test_empty_and_zero_d(void **state)
+{
+    const int64_t d20[2] = {2, 0}, d0[1] = {0}, d03[2] = {0, 3};
+
+    (void)state;
+    /* np.zeros((2, 0)) */
+    check(HCB_F64, 2, d20, NULL, NULL, "[]");
+    /* np.zeros(0) */
+    check(HCB_F64, 1, d0, NULL, NULL, "[]");
+    /* np.zeros((0, 3), np.int8) */
+    check(HCB_S8, 2, d03, NULL, NULL, "[]");
+    /* np.array(5) */
+    CHECK_0D(int8_t, HCB_S8, NULL, "5", 5);
+}
+
+/* ---- the snprintf contract ----------------------------------------------- */
+
+static void
+test_snprintf_contract(void **state)
+{
+    const int64_t v[3] = {1, 2, 30};
+    const int64_t d3[1] = {3};
+    hcb_array a = view(HCB_S64, 1, d3, v);
+    const char *full = "[ 1  2 30]"; /* np.array([1, 2, 30]) */
+    size_t n = strlen(full), len = 0, cap;
+    char buf[32];
+
+    (void)state;
+    /* cap 0 with no buffer measures */
+    assert_int_equal(hcb_format_array(&a, NULL, NULL, 0, &len, NULL), HCB_OK);
+    assert_int_equal(len, n);
+    /* every smaller cap gives a NUL-terminated prefix, the full length, and
+     * leaves the bytes past cap alone */
+    for (cap = 1; cap <= n + 1; cap++) {
+        memset(buf, '#', sizeof buf);
+        len = 0;
+        assert_int_equal(hcb_format_array(&a, NULL, buf, cap, &len, NULL),
+                         HCB_OK);
+        assert_int_equal(len, n);
+        assert_int_equal(strlen(buf), cap - 1);
+        assert_memory_equal(buf, full, cap - 1);
+        assert_int_equal(buf[cap], '#');
+    }
+    /* len may be NULL */
+    assert_int_equal(hcb_format_array(&a, NULL, buf, sizeof buf, NULL, NULL),
+                     HCB_OK);
+    assert_string_equal(buf, full);
+}
+
+static void
+test_value_snprintf_contract(void **state)
+{
+    const hcb_print_node nodes[2] = {{HCB_PRINT_TUPLE, 1, NULL, NULL},
+                                     {HCB_PRINT_TEXT, 0, NULL, "abc"}};
+    char buf[4];
+    size_t len = 0;
+
+    (void)state;
+    /* T(pp.text('abc')) */
+    assert_int_equal(
+        hcb_format_value(nodes, 2, NULL, 0, NULL, NULL, 0, &len, NULL), HCB_OK);
+    assert_int_equal(len, strlen("( abc )"));
+    assert_int_equal(
+        hcb_format_value(nodes, 2, NULL, 0, NULL, buf, sizeof buf, &len, NULL),
+        HCB_OK);
+    assert_string_equal(buf, "( a");
+    assert_int_equal(len, strlen("( abc )"));
+}
+
+/* ---- errors -------------------------------------------------------------- */
+
+/* Expects `rc` to be `code`, reported in err with `part` in the message. */
+static void
+expect_error(int rc, const hcb_error *err, int code, const char *part)
+{
+    assert_int_equal(rc, code);
+    assert_int_equal(err->code, code);
+    if (strstr(err->message, part) == NULL)
+        fail_msg("message '%s' lacks '%s'", err->message, part);
+}
+
+static void
+test_option_errors(void **state)
+{
+    const int32_t v[2] = {1, 2};
+    const int64_t d2[1] = {2};
+    hcb_array a = view(HCB_S32, 1, d2, v);
+    hcb_print_options o;
+    hcb_error err;
+    char buf[64] = "untouched";
+    size_t len = 12345;
+
+    (void)state;
+    o = defaults();
+    o.struct_size = sizeof o - 1;
+    expect_error(hcb_format_array(&a, &o, buf, sizeof buf, &len, &err), &err,
+                 HCB_EINVAL, "struct_size");
+    /* an error writes no text and no length */
+    assert_string_equal(buf, "untouched");
+    assert_int_equal(len, 12345);
+
+    o = defaults();
+    o.precision = 401;
+    expect_error(hcb_format_array(&a, &o, buf, sizeof buf, &len, &err), &err,
+                 HCB_EINVAL, "precision is 401, expected 0..400");
+    o.precision = -1;
+    expect_error(hcb_format_array(&a, &o, buf, sizeof buf, &len, &err), &err,
+                 HCB_EINVAL, "precision is -1");
+    o = defaults();
+    o.precision = 400; /* the largest allowed */
+    assert_int_equal(hcb_format_array(&a, &o, buf, sizeof buf, &len, &err),
+                     HCB_OK);
+
+    o = defaults();
+    o.sign = 'x';
+    expect_error(hcb_format_array(&a, &o, buf, sizeof buf, &len, &err), &err,
+                 HCB_EINVAL, "sign is 'x'");
+    o = defaults();
+    o.edgeitems = -1;
+    expect_error(hcb_format_array(&a, &o, buf, sizeof buf, &len, &err), &err,
+                 HCB_EINVAL, "edgeitems is -1");
+    o = defaults();
+    o.floatmode = (hcb_floatmode)7;
+    expect_error(hcb_format_array(&a, &o, buf, sizeof buf, &len, &err), &err,
+                 HCB_EINVAL, "floatmode is 7");
+    o = defaults();
+    memset(o.nanstr, 'n', sizeof o.nanstr); /* no NUL */
+    expect_error(hcb_format_array(&a, &o, buf, sizeof buf, &len, &err), &err,
+                 HCB_EINVAL, "NUL-terminated");
+    /* a NULL err is allowed on the error path too */
+    assert_int_equal(hcb_format_array(&a, &o, buf, sizeof buf, &len, NULL),
+                     HCB_EINVAL);
+}
+
+static void
+test_array_errors(void **state)
+{
+    const int32_t v[4] = {1, 2, 3, 4};
+    const int64_t d4[1] = {4}, neg[1] = {-1};
+    hcb_array a;
+    hcb_error err;
+    char buf[64];
+    uint8_t f8[4] = {0};
+
+    (void)state;
+    a = view(HCB_F8E5M2, 1, d4, f8);
+    expect_error(hcb_format_array(&a, NULL, buf, sizeof buf, NULL, &err), &err,
+                 HCB_EUNIMPL, "float8_e5m2");
+    a = view(HCB_TOKEN, 0, NULL, NULL);
+    expect_error(hcb_format_array(&a, NULL, buf, sizeof buf, NULL, &err), &err,
+                 HCB_EUNIMPL, "cannot print dtype");
+
+    a = view(HCB_S32, 1, d4, v);
+    a.nbytes = 15;
+    expect_error(hcb_format_array(&a, NULL, buf, sizeof buf, NULL, &err), &err,
+                 HCB_EINVAL, "has 15 bytes, expected 16");
+    a = view(HCB_S32, 1, d4, NULL);
+    expect_error(hcb_format_array(&a, NULL, buf, sizeof buf, NULL, &err), &err,
+                 HCB_EINVAL, "has no data");
+    a = view(HCB_S32, 1, neg, v);
+    a.nbytes = 0;
+    expect_error(hcb_format_array(&a, NULL, buf, sizeof buf, NULL, &err), &err,
+                 HCB_EINVAL, "negative dimension -1");
+    a = view(HCB_S32, 1, d4, v);
+    a.dims = NULL;
+    expect_error(hcb_format_array(&a, NULL, buf, sizeof buf, NULL, &err), &err,
+                 HCB_EINVAL, "no dims");
+    a.rank = HCB_MAX_RANK + 1;
+    expect_error(hcb_format_array(&a, NULL, buf, sizeof buf, NULL, &err), &err,
+                 HCB_EINVAL, "rank 65");
+    expect_error(hcb_format_array(NULL, NULL, buf, sizeof buf, NULL, &err),
+                 &err, HCB_EINVAL, "NULL");
+    a = view(HCB_S32, 1, d4, v);
+    expect_error(hcb_format_array(&a, NULL, NULL, 8, NULL, &err), &err,
+                 HCB_EINVAL, "buf is NULL");
+}
+
+static void
+test_value_errors(void **state)
+{
+    const int32_t v[1] = {7};
+    const int64_t d1[1] = {1};
+    const hcb_array arrays[2] = {view(HCB_S32, 1, d1, v),
+                                 view(HCB_S32, 1, d1, v)};
+    const hcb_array f8 = view(HCB_F8E4M3FN, 1, d1, v);
+    const hcb_print_node two_arrays[3] = {{HCB_PRINT_TUPLE, 2, NULL, NULL},
+                                          {HCB_PRINT_ARRAY, 0, NULL, NULL},
+                                          {HCB_PRINT_ARRAY, 0, NULL, NULL}};
+    const hcb_print_node open_tuple[2] = {{HCB_PRINT_TUPLE, 3, NULL, NULL},
+                                          {HCB_PRINT_ARRAY, 0, NULL, NULL}};
+    const hcb_print_node keyless[3] = {{HCB_PRINT_DICT, 2, NULL, NULL},
+                                       {HCB_PRINT_ARRAY, 0, "a", NULL},
+                                       {HCB_PRINT_ARRAY, 0, NULL, NULL}};
+    const hcb_print_node extra[2] = {{HCB_PRINT_ARRAY, 0, NULL, NULL},
+                                     {HCB_PRINT_TEXT, 0, NULL, "x"}};
+    const hcb_print_node no_text[1] = {{HCB_PRINT_TEXT, 0, NULL, NULL}};
+    const hcb_print_node bad_kind[1] = {{(hcb_print_kind)9, 0, NULL, NULL}};
+    const hcb_print_node neg_count[1] = {{HCB_PRINT_LIST, -1, NULL, NULL}};
+    const hcb_print_node one_array[1] = {{HCB_PRINT_ARRAY, 0, NULL, NULL}};
+    hcb_print_node deep[301];
+    hcb_print_options bad = HCB_PRINT_OPTIONS_INIT;
+    hcb_error err;
+    char buf[64];
+    int i;
+
+    (void)state;
+    expect_error(hcb_format_value(two_arrays, 3, arrays, 1, NULL, buf,
+                                  sizeof buf, NULL, &err),
+                 &err, HCB_EINVAL, "more than the 1 arrays");
+    expect_error(hcb_format_value(one_array, 1, arrays, 2, NULL, buf,
+                                  sizeof buf, NULL, &err),
+                 &err, HCB_EINVAL, "use 1 arrays, but 2 were given");
+    expect_error(hcb_format_value(open_tuple, 2, arrays, 1, NULL, buf,
+                                  sizeof buf, NULL, &err),
+                 &err, HCB_EINVAL, "end inside a container");
+    expect_error(hcb_format_value(keyless, 3, arrays, 2, NULL, buf, sizeof buf,
+                                  NULL, &err),
+                 &err, HCB_EINVAL, "node 2 is in a dict but has no key");
+    expect_error(hcb_format_value(extra, 2, arrays, 1, NULL, buf, sizeof buf,
+                                  NULL, &err),
+                 &err, HCB_EINVAL, "a tree of 1 nodes, but 2 were given");
+    expect_error(hcb_format_value(one_array, 0, arrays, 1, NULL, buf,
+                                  sizeof buf, NULL, &err),
+                 &err, HCB_EINVAL, "no print nodes");
+    expect_error(hcb_format_value(no_text, 1, NULL, 0, NULL, buf, sizeof buf,
+                                  NULL, &err),
+                 &err, HCB_EINVAL, "text but has none");
+    expect_error(hcb_format_value(bad_kind, 1, NULL, 0, NULL, buf, sizeof buf,
+                                  NULL, &err),
+                 &err, HCB_EINVAL, "kind 9");
+    expect_error(hcb_format_value(neg_count, 1, NULL, 0, NULL, buf, sizeof buf,
+                                  NULL, &err),
+                 &err, HCB_EINVAL, "-1 children");
+    expect_error(
+        hcb_format_value(NULL, 1, NULL, 0, NULL, buf, sizeof buf, NULL, &err),
+        &err, HCB_EINVAL, "NULL");
+    /* an array's own error comes through */
+    expect_error(hcb_format_value(one_array, 1, &f8, 1, NULL, buf, sizeof buf,
+                                  NULL, &err),
+                 &err, HCB_EUNIMPL, "float8_e4m3fn");
+    bad.sign = 'x';
+    expect_error(hcb_format_value(one_array, 1, arrays, 1, &bad, buf,
+                                  sizeof buf, NULL, &err),
+                 &err, HCB_EINVAL, "sign is 'x'");
+    /* nesting is bounded, so a hostile tree cannot exhaust the stack */
+    for (i = 0; i < 300; i++)
+        deep[i] = (hcb_print_node){HCB_PRINT_TUPLE, 1, NULL, NULL};
+    deep[300] = (hcb_print_node){HCB_PRINT_TEXT, 0, NULL, "x"};
+    expect_error(
+        hcb_format_value(deep, 301, NULL, 0, NULL, buf, sizeof buf, NULL, &err),
+        &err, HCB_EINVAL, "too deep");
+}
+
+/* ---- values (id_print's layout) ------------------------------------------ */
+
+static void
+check_value(const hcb_print_node *nodes, size_t nnodes, const hcb_array *arrays,
+            size_t narrays, const hcb_print_options *o, const char *want)
+{
+    char buf[OUT_CAP];
+    size_t len = 0;
+    hcb_error err = {0};
+    int rc = hcb_format_value(nodes, nnodes, arrays, narrays, o, buf,
+                              sizeof buf, &len, &err);
+
+    if (rc != HCB_OK)
+        fail_msg("hcb_format_value failed (%d): %s", rc, err.message);
+    assert_string_equal(buf, want);
+    assert_int_equal(len, strlen(want));
+}
+
+#define NODE(kind, count, key, text)                                           \
+    {                                                                          \
+        HCB_PRINT_##kind, count, key, text                                     \
+    }
+
+static void
+test_value_flat(void **state)
+{
+    const int64_t i3[3] = {1, 2, 3}, i2[2] = {1, 2};
+    const double x = 2.5;
+    const uint8_t yes = 1;
+    const int64_t d3[1] = {3}, d2[1] = {2};
+    const hcb_array arrays[3] = {view(HCB_S64, 1, d3, i3),
+                                 view(HCB_F64, 0, NULL, &x),
+                                 view(HCB_S64, 1, d2, i2)};
+    const hcb_array flag = view(HCB_BOOL, 0, NULL, &yes);
+    const hcb_array nested_arrays[2] = {arrays[2], flag};
+    const hcb_print_node tuple[4] = {
+        NODE(TUPLE, 3, NULL, NULL), NODE(ARRAY, 0, NULL, NULL),
+        NODE(TEXT, 0, NULL, "hello"), NODE(ARRAY, 0, NULL, NULL)};
+    const hcb_print_node nested[7] = {
+        NODE(LIST, 2, NULL, NULL), NODE(DICT, 2, NULL, NULL),
+        NODE(ARRAY, 0, "a", NULL), NODE(TUPLE, 2, "b", NULL),
+        NODE(TEXT, 0, NULL, "x"),  NODE(TEXT, 0, NULL, "y"),
+        NODE(ARRAY, 0, NULL, NULL)};
+    const hcb_print_node empties[4] = {
+        NODE(TUPLE, 3, NULL, NULL), NODE(TUPLE, 0, NULL, NULL),
+        NODE(LIST, 0, NULL, NULL), NODE(DICT, 0, NULL, NULL)};
+    const hcb_print_node lone_array[1] = {NODE(ARRAY, 0, NULL, NULL)};
+    const hcb_print_node lone_text[1] = {NODE(TEXT, 0, NULL, "just text")};
+    const hcb_print_node empty_text[1] = {NODE(TEXT, 0, NULL, "")};
+
+    (void)state;
+    /* T(A(np.array([1, 2, 3])), pp.text('hello'), A(np.array(2.5))) */
+    check_value(tuple, 4, arrays, 2, NULL, "( [1 2 3] hello 2.5 )");
+    /* L(D(a=A(np.array([1, 2])), b=T(pp.text('x'), pp.text('y'))),
+     *   A(np.array(True))) */
+    check_value(nested, 7, nested_arrays, 2, NULL,
+                "[ { a=[1 2] b=( x y ) } True ]");
+    /* T(T(), L(), D()) */
+    check_value(empties, 4, NULL, 0, NULL, "( (  ) [  ] {  } )");
+    /* T() */
+    check_value(empties + 1, 1, NULL, 0, NULL, "(  )");
+    /* A(np.array([1, 2, 3])): a bare array is hcb_format_array's text */
+    check_value(lone_array, 1, arrays, 1, NULL, "[1 2 3]");
+    /* pp.text('just text') */
+    check_value(lone_text, 1, NULL, 0, NULL, "just text");
+    /* pp.text(''): no text at all (UBSan once saw NULL + 0 here) */
+    check_value(empty_text, 1, NULL, 0, NULL, "");
+}
+
+static void
+test_value_broken(void **state)
+{
+    double thirds[10];
+    int64_t ints[20], cube[8];
+    const int64_t one = 1, two = 2;
+    const int64_t d10[1] = {10}, d12[1] = {12}, d20[1] = {20},
+                  d222[3] = {2, 2, 2};
+    hcb_array arrays[4];
+    const hcb_print_node tuple[4] = {
+        NODE(TUPLE, 3, NULL, NULL), NODE(ARRAY, 0, NULL, NULL),
+        NODE(ARRAY, 0, NULL, NULL), NODE(TEXT, 0, NULL, "tail")};
+    const hcb_print_node dict[7] = {
+        NODE(DICT, 2, NULL, NULL),      NODE(LIST, 2, "first", NULL),
+        NODE(ARRAY, 0, NULL, NULL),     NODE(ARRAY, 0, NULL, NULL),
+        NODE(TUPLE, 2, "second", NULL), NODE(ARRAY, 0, NULL, NULL),
+        NODE(ARRAY, 0, NULL, NULL)};
+    const hcb_print_node multiline[3] = {NODE(TUPLE, 2, NULL, NULL),
+                                         NODE(ARRAY, 0, NULL, NULL),
+                                         NODE(TEXT, 0, NULL, "z")};
+    const hcb_print_node narrow[6] = {
+        NODE(TUPLE, 3, NULL, NULL),  NODE(TEXT, 0, NULL, "abcdef"),
+        NODE(LIST, 2, NULL, NULL),   NODE(TEXT, 0, NULL, "ghij"),
+        NODE(TEXT, 0, NULL, "klmn"), NODE(TEXT, 0, NULL, "op")};
+    hcb_print_options o = defaults();
+    int i;
+
+    (void)state;
+    for (i = 0; i < 10; i++)
+        thirds[i] = i / 3.0;
+    for (i = 0; i < 20; i++)
+        ints[i] = i;
+    for (i = 0; i < 8; i++)
+        cube[i] = i;
+
+    /* T(A(np.arange(10.) / 3), A(np.arange(12)), pp.text('tail')): too wide,
+     * so one child per line, indented by two; the array's own lines keep
+     * numpy's indent */
+    arrays[0] = view(HCB_F64, 1, d10, thirds);
+    arrays[1] = view(HCB_S64, 1, d12, ints);
+    check_value(tuple, 4, arrays, 2, NULL,
+                "( [0.         0.33333333 0.66666667 1.         1.33333333 "
+                "1.66666667\n"
+                " 2.         2.33333333 2.66666667 3.        ]\n"
+                "  [ 0  1  2  3  4  5  6  7  8  9 10 11]\n"
+                "  tail )");
+
+    /* D(first=L(A(np.arange(20)), A(np.arange(20))),
+     *   second=T(A(np.array(1)), A(np.array(2)))): the outer dict and the
+     * inner list break, the inner tuple fits on its line */
+    arrays[0] = view(HCB_S64, 1, d20, ints);
+    arrays[1] = view(HCB_S64, 1, d20, ints);
+    arrays[2] = view(HCB_S64, 0, NULL, &one);
+    arrays[3] = view(HCB_S64, 0, NULL, &two);
+    check_value(dict, 7, arrays, 4, NULL,
+                "{ first=[ [ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 "
+                "16 17 18 19]\n"
+                "    [ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 "
+                "18 19] ]\n"
+                "  second=( 1 2 ) }");
+
+    /* T(A(np.arange(8).reshape(2, 2, 2)), pp.text('z')): JAX measures a
+     * text by its length, newlines included, so this stays "flat" */
+    arrays[0] = view(HCB_S64, 3, d222, cube);
+    check_value(multiline, 3, arrays, 1, NULL,
+                "( [[[0 1]\n  [2 3]]\n\n [[4 5]\n  [6 7]]] z )");
+
+    /* T(pp.text('abcdef'), L(pp.text('ghij'), pp.text('klmn')),
+     *   pp.text('op')).format(20, use_color=False) */
+    o.width = 20;
+    check_value(narrow, 6, NULL, 0, &o, "( abcdef\n  [ ghij klmn ]\n  op )");
+}
+
+/* ---- out of memory ------------------------------------------------------- */
+
+/* Fails each allocation in turn: every call must fail cleanly (ENOMEM, no
+ * leak) until there are enough allocations for it to succeed. */
+static void
+test_out_of_memory(void **state)
+{
+    static int64_t ints[40]; /* static: gcc sees `view` read it early */
+    const int64_t d40[1] = {40};
+    const hcb_array arrays[2] = {view(HCB_S64, 1, d40, ints),
+                                 view(HCB_S64, 1, d40, ints)};
+    const hcb_print_node nodes[3] = {NODE(TUPLE, 2, NULL, NULL),
+                                     NODE(ARRAY, 0, NULL, NULL),
+                                     NODE(ARRAY, 0, NULL, NULL)};
+    char buf[OUT_CAP], want_value[OUT_CAP], want_array[OUT_CAP];
+    hcb_error err;
+    long k, before;
+    int rc, which;
+
+    (void)state;
+    for (k = 0; k < 40; k++)
+        ints[k] = k * 1000;
+    assert_int_equal(hcb_format_array(&arrays[0], NULL, want_array,
+                                      sizeof want_array, NULL, NULL),
+                     HCB_OK);
+    assert_int_equal(hcb_format_value(nodes, 3, arrays, 2, NULL, want_value,
+                                      sizeof want_value, NULL, NULL),
+                     HCB_OK);
+    tu_install_allocator();
+    for (which = 0; which < 2; which++) {
+        for (k = 0;; k++) {
+            assert_true(k < 100);
+            before = atomic_load(&tu_live_allocs);
+            tu_fail_alloc_after(k);
+            if (which == 0)
+                rc = hcb_format_array(&arrays[0], NULL, buf, sizeof buf, NULL,
+                                      &err);
+            else
+                rc = hcb_format_value(nodes, 3, arrays, 2, NULL, buf,
+                                      sizeof buf, NULL, &err);
+            tu_fail_alloc_after(-1);
+            assert_int_equal(atomic_load(&tu_live_allocs), before);
+            if (rc == HCB_OK)
+                break;
+            expect_error(rc, &err, HCB_ENOMEM, "out of memory");
+        }
+        assert_string_equal(buf, which == 0 ? want_array : want_value);
+    }
+    hcb_set_allocator(NULL);
+}
+
+/* ---- reentrancy ---------------------------------------------------------- */
+
+#define RE_THREADS 4
+#define RE_ROUNDS  1000
+
+typedef struct re_job {
+    hcb_array a;
+    char want[OUT_CAP];
+    size_t want_len;
+    int mismatches;
+} re_job;
+
+static void *
+re_run(void *arg)
+{
+    re_job *job = arg;
+    char buf[OUT_CAP];
+    size_t len;
+    int i;
+
+    for (i = 0; i < RE_ROUNDS; i++) {
+        len = 0;
+        if (hcb_format_array(&job->a, NULL, buf, sizeof buf, &len, NULL) !=
+                HCB_OK ||
+            len != job->want_len || memcmp(buf, job->want, len + 1) != 0)
+            job->mismatches++;
+    }
+    return NULL;
+}
+
+/* Four threads print four different arrays (integers, floats that need
+ * Dragon4's big integers, complex with nan, bfloat16 that wraps) at once;
+ * each text must be what one thread alone prints.  TSan checks the rest. */
+static void
+test_reentrant(void **state)
+{
+    static re_job jobs[RE_THREADS];
+    static int64_t ints[60];
+    static double reals[50];
+    static float cplx[40];
+    static uint16_t bf[40];
+    static const int64_t d345[3] = {3, 4, 5}, d50[1] = {50}, d20[1] = {20},
+                         d40[1] = {40};
+    pthread_t threads[RE_THREADS];
+    int i;
+
+    (void)state;
+    for (i = 0; i < 60; i++)
+        ints[i] = (int64_t)i * i * i - 1000;
+    for (i = 0; i < 50; i++)
+        reals[i] = 1.0 / (i + 1) + (i % 7 == 0 ? 1e-9 : 0.0);
+    for (i = 0; i < 40; i++)
+        cplx[i] = i % 5 == 0 ? NAN : (float)i / 7.0f;
+    for (i = 0; i < 40; i++)
+        bf[i] = (uint16_t)(0x3f80 + 37 * i);
+    jobs[0].a = view(HCB_S64, 3, d345, ints);
+    jobs[1].a = view(HCB_F64, 1, d50, reals);
+    jobs[2].a = view(HCB_C64, 1, d20, cplx);
+    jobs[3].a = view(HCB_BF16, 1, d40, bf);
+    for (i = 0; i < RE_THREADS; i++) {
+        assert_int_equal(hcb_format_array(&jobs[i].a, NULL, jobs[i].want,
+                                          sizeof jobs[i].want,
+                                          &jobs[i].want_len, NULL),
+                         HCB_OK);
+        assert_true(jobs[i].want_len < sizeof jobs[i].want);
+        jobs[i].mismatches = 0;
+    }
+    for (i = 0; i < RE_THREADS; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, re_run, &jobs[i]),
+                         0);
+    for (i = 0; i < RE_THREADS; i++)
+        assert_int_equal(pthread_join(threads[i], NULL), 0);
+    for (i = 0; i < RE_THREADS; i++)
+        assert_int_equal(jobs[i].mismatches, 0);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bool),
+        cmocka_unit_test(test_integer_extremes),
+        cmocka_unit_test(test_sign),
+        cmocka_unit_test(test_float64_notation),
+        cmocka_unit_test(test_float32_and_float16),
+        cmocka_unit_test(test_bfloat16),
+        cmocka_unit_test(test_complex),
+        cmocka_unit_test(test_nonfinite_and_zero),
+        cmocka_unit_test(test_precision_and_floatmode),
+        cmocka_unit_test(test_suppress),
+        cmocka_unit_test(test_summarisation),
+        cmocka_unit_test(test_wrapping_and_nesting),
+        cmocka_unit_test(test_wrap_after_blank_element),
+        cmocka_unit_test(test_empty_and_zero_d),
+        cmocka_unit_test(test_snprintf_contract),
+        cmocka_unit_test(test_value_snprintf_contract),
+        cmocka_unit_test(test_option_errors),
+        cmocka_unit_test(test_array_errors),
+        cmocka_unit_test(test_value_errors),
+        cmocka_unit_test(test_value_flat),
+        cmocka_unit_test(test_value_broken),
+        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_reentrant),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
