@@ -1,7 +1,7 @@
 # make demo   - set up everything (venv, pinned packages, Debian packages) and run the demo
 # make test   - set up everything and run every test: C (plain, ASan+UBSan, TSan), the fuzzer and Python
 #
-# Other targets: setup, install, ctest, ctest-asan, ctest-tsan, fuzz, pytest, format, format-check, clean
+# Other targets: setup, install, ctest, ctest-asan, ctest-tsan, fuzz, pytest, bench, bench-smoke, format, format-check, clean
 
 SHELL := /bin/bash
 VENV := .venv
@@ -11,7 +11,7 @@ CMAKE_C = cmake -S . -G Ninja -DHCB_BUILD_TESTS=ON -DHCB_WERROR=ON -DPython_EXEC
 C_SOURCES = include/hcb/*.h src/*.[ch] python/_hcb/*.[ch] tests/c/*.[ch] tests/c/*.cpp examples/*/*.c fuzz/*.c
 DEBIAN_PACKAGES := libcmocka-dev cmake ninja-build gcc clang valgrind pkg-config
 
-.PHONY: demo test setup install ctest ctest-asan ctest-tsan fuzz pytest format format-check clean
+.PHONY: demo test setup install ctest ctest-asan ctest-tsan fuzz pytest bench bench-smoke format format-check clean
 
 demo: install
 	$(PY) examples/demo.py
@@ -68,6 +68,13 @@ fuzz: setup
 # ---- Python tests -----------------------------------------------------------
 pytest: install
 	$(PY) -m pytest -q tests/python
+
+# ---- benchmarks (bench/README.md) -------------------------------------------
+bench: install
+	$(PY) bench/run.py
+
+bench-smoke: install
+	$(PY) bench/run.py --smoke --out build/bench-smoke
 
 format:
 	clang-format -i $(C_SOURCES)

@@ -1,0 +1,71 @@
+"""The benchmark harness (bench/run.py) keeps working: its smoke mode runs in
+a fresh interpreter and writes RESULTS.md, with one line per target, and the
+plots.  No timing is asserted: speed is measured by ``make bench``, never by
+tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import host_callback as hcb
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+TARGETS = 10
+TARGET_LINE = re.compile(r"^- \*\*(met|NOT MET|NOT MEASURED)\*\* — \S")
+COUNT = re.compile(r"^(\d+)/(\d+)$")
+
+
+def section(text: str, heading: str) -> list[str]:
+  """The non-empty lines under ``heading``, up to the next heading."""
+  lines = text.splitlines()
+  start = lines.index(heading) + 1
+  end = next((i for i in range(start, len(lines))
+              if lines[i].startswith("## ")), len(lines))
+  return [line for line in lines[start:end] if line.strip()]
+
+
+def table_column(lines: list[str], column: int) -> list[str]:
+  """One column of the first markdown table among ``lines`` (header
+  excluded)."""
+  start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+  end = next((i for i in range(start, len(lines))
+              if not lines[i].startswith("|")), len(lines))
+  return [row.strip("|").split("|")[column].strip()
+          for row in lines[start + 2:end]]
+
+
+def test_smoke_run_writes_results_and_plots(tmp_path):
+  env = {k: v for k, v in os.environ.items() if not k.startswith(
+      "HOST_CALLBACK_")}
+  done = subprocess.run(
+      [sys.executable, os.path.join(REPO, "bench", "run.py"), "--smoke",
+       "--out", str(tmp_path)],
+      capture_output=True, text=True, env=env, timeout=240)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+  text = (tmp_path / "RESULTS.md").read_text()
+
+  targets = section(text, "## Targets")
+  assert len(targets) == TARGETS, targets
+  for line in targets:
+    assert TARGET_LINE.match(line), line
+  printing = [line for line in targets if "`id_print`" in line]
+  assert len(printing) == 1
+  assert ("NOT MEASURED" in printing[0]) == (not hasattr(hcb, "id_print"))
+
+  headings = [line for line in text.splitlines() if line.startswith("## ")]
+  for n in range(1, 6):
+    assert any(h.startswith(f"## {n}. ") for h in headings), headings
+
+  # Every callback the harness counted ran: "run/expected" cells match.
+  per_step = section(text, next(h for h in headings if h.startswith("## 1.")))
+  payload = section(text, next(h for h in headings if h.startswith("## 2.")))
+  cells = table_column(per_step, -1) + table_column(payload, -1)
+  counted = [COUNT.match(c) for c in cells if c != "–"]
+  assert counted and all(m and m[1] == m[2] for m in counted), cells
+
+  for name in ("per_step.png", "payload.png", "dispatch.png"):
+    assert (tmp_path / name).read_bytes().startswith(b"\x89PNG"), name
