@@ -79,6 +79,17 @@ def main() -> None:
   m = jnp.array([[2., 1.], [1., 2.]])
   print(f"{stamp()} call: eigenvalues of {m.tolist()} from the host: "
         f"{spectrum(m).tolist()}", flush=True)
+  # id_print: the seed's example, under grad; the text is numpy's, formatted
+  # in C on the consumer thread.
+  def power3(x):
+    y = x * x
+    hcb.id_print((x, y), what="x,x^2")
+    return y * x
+
+  jax.grad(power3)(3.)
+  jax.jit(lambda v: hcb.id_print(v, what="a summarised array"))(
+      jnp.linspace(0., 1., 2000))
+  hcb.barrier_wait()
   s = hcb.stats()
   print(f"runtime stats: {s['records_out']} taps, {s['bytes_out']} bytes, "
         f"{s['errors']} errors, queue high-water {s['high_water_bytes']} B")
