@@ -854,15 +854,15 @@ def gap_notes(m: Measurements, goals: list[Target]) -> list[str]:
         "the tap function does not matter, the handler's own path does. "
         f"Reading an attribute and the device ordinal costs {part(queries)} "
         "(the table under item 1; the tap reads two attributes). The rest "
-        "is the record and the queue. perf on the device thread: `malloc` "
-        "of every record takes glibc's slow path (`_int_malloc`, the "
-        "largest single item, ~10% of the thread's samples against ~4% for "
-        "XLA's `CustomCallThunk::CallTypedFFI`), because records are freed "
-        "on the consumer thread and the device thread's tcache never "
-        "refills; the queue mutex shared with the consumer (lock, unlock, "
-        "futex wake-ups: ~10%). Directions: recycle records per channel (a "
-        "free list the consumer refills), a lock-free push, attributes and "
-        "ordinal read once per executable instead of per call.")
+        "is the record and the queue. Records now come from a cache of "
+        "freed ones (src/record.c), so `malloc`'s slow path (the largest "
+        "item in earlier profiles, records being freed on the consumer "
+        "thread) is gone; what stays is the queue mutex shared with the "
+        "consumer (lock, unlock, futex wake-ups), the copy, and the "
+        "attribute lookups. The ordinal is not asked of XLA when the "
+        "process has one CPU device. Directions: a lock-free push, "
+        "attributes read once per executable (an instantiate-stage state) "
+        "instead of per call.")
   if "native_call" in missed:
     notes.append(
         f"- **Native call** ({us(c('native_call'))} per step, floor "
@@ -873,14 +873,11 @@ def gap_notes(m: Measurements, goals: list[Target]) -> list[str]:
         "`XLA_FFI_DeviceOrdinal_Get` "
         f"{part(c('ffi_copy_attr_ordinal') - c('ffi_copy_attr'))}. The "
         f"remaining {part(c('native_call') - c('ffi_copy_attr_ordinal'))} is "
-        "libhcb's: once the device has had a tap, `deliver_earlier_taps` "
-        "takes the queue mutex three times (`hcb__queue_stranded`, "
-        "`hcb__queue_mark`, `hcb__queue_wait_mark`) and reads the clock, "
-        "even with nothing queued (in a process without taps the native "
-        "call cost the same as the copying handler with attribute and "
-        "ordinal). Directions: check without the lock that the device has "
-        "nothing queued (atomic pushed/done counters); read the ordinal "
-        "and attributes once per executable instead of per call.")
+        "libhcb's: the call looks up its target and checks, without a "
+        "lock, that no tap of its device is pending (`hcb__queue_idle`); "
+        "with one CPU device the ordinal comes from the runtime, not from "
+        "XLA. Directions: the `callback_id` read once per executable (an "
+        "instantiate-stage state) instead of per call.")
   big = m.payload_at(64 * MiB)
   if "big_taps" in missed and big is not None:
     notes.append(
@@ -908,8 +905,7 @@ def gap_notes(m: Measurements, goals: list[Target]) -> list[str]:
         "record while the dispatching thread holds it between calls, so "
         "the GIL goes over and back on every call. The rest is the tap's "
         "per-record work, which the native row shows: on the dispatching "
-        "thread the record's `malloc` (glibc's slow path, since records are "
-        "freed on the consumer thread) and the queue push; on the other "
+        "thread the record and the queue push; on the other "
         "core the consumer polling for the next record (perf: about 2/3 of "
         "that core during this loop). On 2 cores, run-to-run noise of the "
         "no-callback row is of the same size as the gap; compare within a "

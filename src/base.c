@@ -116,6 +116,12 @@ hcb__malloc(size_t size)
     return allocator.alloc(allocator.user, size == 0 ? 1 : size);
 }
 
+bool
+hcb__default_allocator(void)
+{
+    return allocator.alloc == default_alloc;
+}
+
 void *
 hcb__calloc(size_t n, size_t size)
 {

@@ -29,7 +29,7 @@ hcb__ffi_call_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame)
                                   "hcb_call")) != NULL)
         return xe;
     if (hcb_ffi_attr_u64(&frame->attrs, "callback_id", &id, &err) != HCB_OK ||
-        hcb_ffi_device_ordinal(frame, &ordinal, &err) != HCB_OK)
+        hcb__ffi_ordinal(rt, frame, &ordinal, &err) != HCB_OK)
         return hcb_ffi_error(frame, err.code, "hcb_call: %s", err.message);
 
     if (nargs + nrets > STACK_ARRAYS) {

@@ -79,7 +79,7 @@ hcb__ffi_tap_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame)
         return xe;
     if (hcb_ffi_attr_u64(&frame->attrs, "callback_id", &id, &err) != HCB_OK ||
         hcb_ffi_attr_i64(&frame->attrs, "ntapped", &ntapped, &err) != HCB_OK ||
-        hcb_ffi_device_ordinal(frame, &ordinal, &err) != HCB_OK)
+        hcb__ffi_ordinal(rt, frame, &ordinal, &err) != HCB_OK)
         return hcb_ffi_error(frame, err.code, "hcb_tap: %s", err.message);
     if ((xe = check_frame(frame, ntapped)) != NULL)
         return xe;

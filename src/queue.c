@@ -154,9 +154,21 @@ hcb__queue_done(hcb__queue *q, uint64_t records, size_t bytes)
     hcb__mutex_lock(&q->mu);
     q->bytes -= bytes;
     q->done += records;
+    atomic_store_explicit(&q->done_hint, q->done, memory_order_release);
     q->bytes_out += bytes;
     hcb__cond_broadcast(&q->progress);
     hcb__mutex_unlock(&q->mu);
+}
+
+bool
+hcb__queue_idle(hcb__queue *q)
+{
+    /* pushed first: what this thread pushed is in it (program order); done
+     * after, with acquire, pairing with the release in hcb__queue_done. */
+    uint64_t pushed =
+        atomic_load_explicit(&q->pushed_hint, memory_order_relaxed);
+
+    return atomic_load_explicit(&q->done_hint, memory_order_acquire) >= pushed;
 }
 
 void

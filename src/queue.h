@@ -27,6 +27,9 @@ typedef struct hcb__queue {
     /* `pushed`, readable without `mu`, for the consumer's short poll
      * before it sleeps (see hcb__queue_pop). */
     _Atomic uint64_t pushed_hint;
+    /* `done`, readable without `mu`: a call checks with it that its device
+     * has no earlier tap pending (hcb__queue_idle) without the lock. */
+    _Atomic uint64_t done_hint;
 } hcb__queue;
 
 int hcb__queue_init(hcb__queue *q, size_t max_bytes);
@@ -52,6 +55,10 @@ hcb_record *hcb__queue_pop(hcb__queue *q);
  * bytes against the bound and wakes producers and barriers. */
 void hcb__queue_done(hcb__queue *q, uint64_t records, size_t bytes);
 
+/* True when every record pushed so far (by this thread, at least) is
+ * done, the effects of their tap functions visible to the caller.  No
+ * lock: the common case of a call with nothing queued before it. */
+bool hcb__queue_idle(hcb__queue *q);
 /* Waits until every record pushed before the call is done. */
 void hcb__queue_wait_done(hcb__queue *q);
 /* The same in two steps: the mark is the number of records pushed so far;

@@ -24,7 +24,9 @@
 struct hcb_record {
     atomic_size_t refs;
     struct hcb_record *next; /* queue link: owned by the queue holding it */
-    size_t size;             /* bytes of the whole allocation */
+    size_t size;             /* bytes the record needs (its queue charge) */
+    size_t capacity;         /* bytes of its allocation (>= size) */
+    int pool;                /* where its memory goes back to (record.c) */
     uint64_t callback_id;
     hcb_device device;
     size_t nargs;

@@ -80,6 +80,9 @@ struct hcb_runtime {
     _Atomic(channel *) slots[CHANNEL_SLOTS];
     _Atomic(target *) chunks[TARGET_CHUNKS];
     atomic_uint_fast64_t ntargets;
+    /* The ordinal of the process's only CPU device, or -1: several, or not
+     * known (hcb_runtime_set_only_cpu_device). */
+    atomic_int only_cpu_ordinal;
 
     hcb_log_fn log_fn; /* under mu */
     void *log_user;    /* under mu */
@@ -542,6 +545,8 @@ deliver_earlier_taps(hcb_runtime *rt, channel *ch, const target *t,
     uint64_t mark;
     int rc;
 
+    if (hcb__queue_idle(&ch->queue))
+        return HCB_OK;
     if (hcb__queue_stranded(&ch->queue) &&
         (rc = ensure_consumer(ch, true, err)) != HCB_OK)
         return rc;
@@ -638,6 +643,27 @@ hcb_runtime_stop(hcb_runtime *rt, hcb_error *err)
             stop_channel(ch);
     }
     return HCB_OK;
+}
+
+void
+hcb_runtime_set_only_cpu_device(hcb_runtime *rt, int32_t ordinal)
+{
+    atomic_store_explicit(&rt->only_cpu_ordinal, ordinal < 0 ? -1 : ordinal,
+                          memory_order_relaxed);
+}
+
+int
+hcb__ffi_ordinal(hcb_runtime *rt, const XLA_FFI_CallFrame *frame,
+                 int32_t *ordinal, hcb_error *err)
+{
+    int only =
+        atomic_load_explicit(&rt->only_cpu_ordinal, memory_order_relaxed);
+
+    if (only >= 0) {
+        *ordinal = only;
+        return HCB_OK;
+    }
+    return hcb_ffi_device_ordinal(frame, ordinal, err);
 }
 
 int
@@ -765,6 +791,7 @@ hcb_runtime_create(const hcb_runtime_options *options, hcb_runtime **out,
     for (i = 0; i < TARGET_CHUNKS; i++)
         atomic_init(&rt->chunks[i], NULL);
     atomic_init(&rt->ntargets, 0);
+    atomic_init(&rt->only_cpu_ordinal, -1);
     if (hcb__mutex_init(&rt->mu) != HCB_OK) {
         hcb__free(rt);
         return hcb_error_set(err, HCB_ESYSTEM, "cannot create a mutex");

@@ -11,6 +11,11 @@ XLA_FFI_Error *hcb__ffi_tap_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame);
 /* The body of hcb_ffi_call, likewise. */
 XLA_FFI_Error *hcb__ffi_call_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame);
 
+/* The device ordinal of the call: the only CPU device's when the runtime
+ * knows there is one (hcb_runtime_set_only_cpu_device), else XLA's. */
+int hcb__ffi_ordinal(hcb_runtime *rt, const XLA_FFI_CallFrame *frame,
+                     int32_t *ordinal, hcb_error *err);
+
 /* Makes sure each result holds its operand, for handlers whose results
  * alias their operands (the first min(args, rets)).  XLA honours the
  * aliasing the lowering requests, so this is normally a pointer

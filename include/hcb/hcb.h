@@ -244,6 +244,13 @@ HCB_API void hcb_runtime_destroy(hcb_runtime *rt);
  * creation ran out of memory. */
 HCB_API hcb_runtime *hcb_runtime_default(void);
 
+/* Tells the runtime the ordinal (jax.Device.id) of the process's only CPU
+ * device, or -1 (the default) when there are several or it is not known.
+ * With one, the hcb_tap and hcb_call handlers use it instead of asking XLA
+ * for the ordinal on every call, a measurable part of a tap's cost.  Wrong
+ * if the process has another CPU device: the taps would go to this one. */
+HCB_API void hcb_runtime_set_only_cpu_device(hcb_runtime *rt, int32_t ordinal);
+
 /* Changes the per-device bound for existing and future queues.  Producers
  * already waiting re-check against the new bound. */
 HCB_API int hcb_runtime_set_max_queue_bytes(hcb_runtime *rt, size_t bytes,

@@ -476,6 +476,19 @@ hcb_set_max_queue_bytes(PyObject *module, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *
+hcb_set_only_cpu_device(PyObject *module, PyObject *arg)
+{
+    long ordinal = PyLong_AsLong(arg);
+
+    if (ordinal == -1 && PyErr_Occurred())
+        return NULL;
+    hcb_runtime_set_only_cpu_device(
+        state_of(module)->rt,
+        ordinal < 0 || ordinal > INT32_MAX ? -1 : (int32_t)ordinal);
+    Py_RETURN_NONE;
+}
+
 static int
 put_u64(PyObject *d, const char *key, uint64_t v)
 {
@@ -613,6 +626,8 @@ static PyMethodDef hcb_methods[] = {
      "shutdown(): stop and never call Python taps again (interpreter exit)."},
     {"set_max_queue_bytes", hcb_set_max_queue_bytes, METH_O,
      "set_max_queue_bytes(n): the per-device queue bound in bytes."},
+    {"set_only_cpu_device", hcb_set_only_cpu_device, METH_O,
+     "set_only_cpu_device(ordinal): the only CPU device's id, or -1."},
     {"stats", (PyCFunction)(void (*)(void))hcb_stats_py, METH_FASTCALL,
      "stats(device_key=None) -> dict of runtime counters."},
     {"devices", hcb_devices, METH_NOARGS,

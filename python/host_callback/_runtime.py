@@ -233,6 +233,10 @@ def ensure_started() -> None:
       # Initialise the backends first: their own atexit hooks then run
       # after ours (atexit is LIFO), so the flush can still run JAX.
       jax.devices()
+      # With one CPU device every tap and call runs on it: the handlers
+      # then need not ask XLA for the device of each call.
+      cpu = jax.local_devices(backend="cpu")
+      _hcb.set_only_cpu_device(cpu[0].id if len(cpu) == 1 else -1)
       atexit.register(_at_exit)
       _state.atexit_registered = True
 

@@ -92,6 +92,40 @@ test_good_frame_taps_and_aliases(void **state)
     test_device_ordinal = 0;
 }
 
+/* With the only CPU device known, the handler does not ask XLA: the record
+ * goes to that device whatever DeviceOrdinal_Get would say. */
+static void
+test_only_cpu_device_is_used_without_asking_xla(void **state)
+{
+    float x[1] = {1.0f};
+    int64_t dx[1] = {1};
+    test_frame tf;
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    size_t before = tu_sink_count(sink);
+
+    (void)state;
+    hcb_runtime_set_only_cpu_device(rt, 2);
+    tf_init(&tf);
+    test_device_ordinal = 7;
+    tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, dx, NULL);
+    tf_add_u64(&tf, "callback_id", sink_id);
+    tf_add_i64(&tf, "ntapped", 1);
+    assert_int_equal(run(&tf, msg), 0);
+    /* one consumer at a time: the sink's capture is not thread-safe */
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    hcb_runtime_set_only_cpu_device(rt, -1);
+    tf_init(&tf);
+    tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, dx, NULL);
+    tf_add_u64(&tf, "callback_id", sink_id);
+    tf_add_i64(&tf, "ntapped", 1);
+    assert_int_equal(run(&tf, msg), 0);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(tu_sink_count(sink), before + 2);
+    assert_int_equal(HCB_DEVICE_ORDINAL(sink->device[before]), 2);
+    assert_int_equal(HCB_DEVICE_ORDINAL(sink->device[before + 1]), 7);
+    test_device_ordinal = 0;
+}
+
 static void
 test_unaliased_result_is_copied(void **state)
 {
@@ -212,6 +246,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_answers_metadata_probe_with_0_3),
         cmocka_unit_test(test_good_frame_taps_and_aliases),
+        cmocka_unit_test(test_only_cpu_device_is_used_without_asking_xla),
         cmocka_unit_test(test_unaliased_result_is_copied),
         cmocka_unit_test(test_zero_operands),
         cmocka_unit_test(test_malformed_frames_fail_cleanly),
