@@ -830,17 +830,27 @@ hcb_runtime_destroy(hcb_runtime *rt)
  * need: XLA calls them with no context of ours. */
 static hcb_runtime *default_runtime;
 static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+/* default_runtime once created: every tap reads it, one load instead of a
+ * pthread_once call. */
+static _Atomic(hcb_runtime *) default_ready;
 
 static void
 create_default(void)
 {
     if (hcb_runtime_create(NULL, &default_runtime, NULL) != HCB_OK)
         default_runtime = NULL;
+    atomic_store_explicit(&default_ready, default_runtime,
+                          memory_order_release);
 }
 
 hcb_runtime *
 hcb_runtime_default(void)
 {
+    hcb_runtime *rt =
+        atomic_load_explicit(&default_ready, memory_order_acquire);
+
+    if (rt != NULL)
+        return rt;
     pthread_once(&default_once, create_default);
     return default_runtime;
 }
