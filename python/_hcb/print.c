@@ -294,33 +294,38 @@ format_record(hcb_py_print_target *t, hcb_record *rec, char *stack, char **heap,
     return rc;
 }
 
-/* The "k: v" line of a record (with a newline), or an empty string. */
-static size_t
-kv_line(const hcb_py_print_target *t, hcb_device device, char *buf, size_t cap)
+/* The name of the record's device, for the "k: v" line. */
+static const char *
+device_name(const hcb_py_print_target *t, hcb_device device)
 {
-    const char *name = "?";
     size_t i;
-    int n;
 
-    if (!t->with_device) {
-        if (t->kv_before[0] == '\0')
-            return 0;
-        n = snprintf(buf, cap, "%s\n", t->kv_before);
-    } else {
-        for (i = 0; i < t->ndevices; i++)
-            if (t->dev_keys[i] == device)
-                name = t->dev_names[i];
-        n = snprintf(buf, cap, "%s%s%s\n", t->kv_before, name, t->kv_after);
-    }
-    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+    for (i = 0; i < t->ndevices; i++)
+        if (t->dev_keys[i] == device)
+            return t->dev_names[i];
+    return "?";
+}
+
+/* With the GIL: the "k: v" line of a record, with its newline; NULL with
+ * no exception when there is none. */
+static PyObject *
+kv_line(const hcb_py_print_target *t, const char *device)
+{
+    if (t->with_device)
+        return PyUnicode_FromFormat("%s%s%s\n", t->kv_before, device,
+                                    t->kv_after);
+    if (t->kv_before[0] == '\0')
+        return NULL;
+    return PyUnicode_FromFormat("%s\n", t->kv_before);
 }
 
 int
 hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
 {
     hcb_py_print_target *t = user;
-    char stack[STACK_TEXT], kv[1024], *heap = NULL, *text = NULL;
-    size_t len = 0, kvlen;
+    char stack[STACK_TEXT], *heap = NULL, *text = NULL;
+    const char *device = device_name(t, hcb_record_device(rec));
+    size_t len = 0;
     PyObject *s1 = NULL, *s2 = NULL;
     PyGILState_STATE gil;
     int rc, locked;
@@ -332,7 +337,6 @@ hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
         free(heap);
         return rc;
     }
-    kvlen = kv_line(t, hcb_record_device(rec), kv, sizeof kv);
 
     locked = print_lock();
     if (hcb_py_gil_ensure(t->base.state, &gil) < 0) {
@@ -342,12 +346,11 @@ hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
                              "id_print output lost: the Python interpreter is "
                              "shutting down");
     }
-    if (kvlen > 0)
-        s1 = PyUnicode_DecodeUTF8(kv, (Py_ssize_t)kvlen, "replace");
+    s1 = kv_line(t, device);
     s2 = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
-    if ((kvlen > 0 &&
-         (s1 == NULL || write_text(t->base.state, t->stream, s1) < 0)) ||
-        s2 == NULL || write_text(t->base.state, t->stream, s2) < 0) {
+    if (PyErr_Occurred() || s2 == NULL ||
+        (s1 != NULL && write_text(t->base.state, t->stream, s1) < 0) ||
+        write_text(t->base.state, t->stream, s2) < 0) {
         Py_XDECREF(hcb_py_report_exception(&t->base, "id_print's write", err));
         rc = HCB_ECALLBACK;
     }

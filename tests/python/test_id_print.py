@@ -395,7 +395,9 @@ def test_tap_with_device_names_each_device_once_per_record():
   devices = jax.devices()
   f = jax.pmap(lambda x: hcb.id_print(x * 2, output_stream=s, what="p",
                                       tap_with_device=True))
-  f(jnp.arange(len(devices) * 2.0).reshape(len(devices), 2))
+  # Waits for the result first: barrier_wait does not cover a computation
+  # still waiting for its inputs (the known gap in _runtime._wait_for_devices).
+  f(jnp.arange(len(devices) * 2.0).reshape(len(devices), 2)).block_until_ready()
   hcb.barrier_wait()
   lines = s.getvalue().splitlines()
   records = sorted(zip(lines[0::2], lines[1::2]))
@@ -423,7 +425,7 @@ def test_records_of_several_devices_never_interleave():
   f = jax.pmap(lambda x: jax.lax.fori_loop(
       0, 20, lambda i, c: hcb.id_print(c + i, output_stream=s,
                                        tap_with_device=True), x))
-  f(jnp.zeros((n, 3)))
+  f(jnp.zeros((n, 3))).block_until_ready()  # see the test above
   hcb.barrier_wait()
   assert len(s.chunks) == 2 * 20 * n
   for kv, value in zip(s.chunks[0::2], s.chunks[1::2]):
@@ -442,6 +444,16 @@ def test_failing_stream_is_reported_and_printing_goes_on():
   jax.jit(lambda x: hcb.id_print(x, output_stream=s))(jnp.ones(2))
   hcb.barrier_wait()
   assert s.getvalue() == "[1. 1.]\n"
+
+
+def test_long_kwargs_lines_are_written_whole():
+  s = io.StringIO()
+  long = "y" * 5000
+  jax.jit(lambda x: hcb.id_print(x, output_stream=s, tap_with_device=True,
+                                 a=long, z=long))(jnp.int32(3))
+  hcb.barrier_wait()
+  dev = jax.devices()[0]
+  assert s.getvalue() == f"a: {long} device: {dev} z: {long}\n3\n"
 
 
 def test_kwargs_are_converted_to_text_once_when_traced():
