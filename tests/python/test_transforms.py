@@ -221,11 +221,15 @@ def test_pmap_call_returns_each_devices_slice():
 
 def test_pmap_of_vmap_and_vmap_of_pmap(rec):
   xs = np.arange(8, dtype=np.float32).reshape(2, 2, 2)
-  jax.pmap(jax.vmap(lambda x: hcb.id_tap(rec, x, tap_with_device=True)))(xs)
+  # Each waits for its result: barrier_wait does not cover a computation
+  # still waiting for its inputs (the known gap in _runtime._wait_for_devices).
+  jax.pmap(jax.vmap(lambda x: hcb.id_tap(rec, x, tap_with_device=True)))(
+      xs).block_until_ready()
   seen = by_device(rec.taken())
   assert [(v, t, d.id) for v, t, d in seen] == [
       (xs[0].tolist(), (batch(0),), 0), (xs[1].tolist(), (batch(0),), 1)]
-  jax.vmap(jax.pmap(lambda x: hcb.id_tap(rec, x, tap_with_device=True)))(xs)
+  jax.vmap(jax.pmap(lambda x: hcb.id_tap(rec, x, tap_with_device=True)))(
+      xs).block_until_ready()
   seen = by_device(rec.taken())
   assert [d.id for _, _, d in seen] == [0, 1]
   assert [v for v, _, _ in seen] == [xs[:, 0].tolist(), xs[:, 1].tolist()]
@@ -235,7 +239,8 @@ def test_pmap_keeps_each_devices_order(rec):
   def step(c, _):
     return hcb.id_tap(rec, c, tap_with_device=True) + 1, None
 
-  jax.pmap(lambda x: lax.scan(step, x, None, length=20)[0])(np.arange(4.))
+  jax.pmap(lambda x: lax.scan(step, x, None, length=20)[0])(
+      np.arange(4.)).block_until_ready()  # see test_pmap_of_vmap_...
   seen = rec.taken()
   for dev in jax.devices():
     mine = [v for v, _, d in seen if d == dev]
@@ -335,7 +340,7 @@ def test_barrier_wait_while_every_device_is_busy(rec):
     rec(x, transforms, device=device)
 
   f = jax.pmap(lambda x: hcb.id_tap(slow, x, tap_with_device=True))
-  f(XS)
+  f(XS).block_until_ready()  # the taps are queued; their functions wait
   threading.Timer(0.2, gate.set).start()
   hcb.barrier_wait()  # returns once every device's tap ran
   assert len(rec.taken()) == 4
