@@ -97,16 +97,38 @@ target_new(PyObject *module, PyObject *site, const char *name,
     return t;
 }
 
+/* Frees a target that never got registered. */
+static void
+target_free(hcb_py_target *t)
+{
+    Py_DECREF(t->site);
+    Py_DECREF(t->module);
+    PyMem_RawFree(t);
+}
+
 /* The id of a registered target, or (after freeing it) the error. */
 static PyObject *
 target_registered(hcb_py_target *t, int rc, uint64_t id, const hcb_error *err)
 {
     if (rc == HCB_OK)
         return PyLong_FromUnsignedLongLong(id);
-    Py_DECREF(t->site);
-    Py_DECREF(t->module);
-    PyMem_RawFree(t);
+    target_free(t);
     return raise_hcb(err);
+}
+
+/* Registers `t` (whose first member is its hcb_py_target) as a tap target
+ * run by `fn`; the runtime's code, with the id in *id. */
+static int
+register_tap_target(hcb_py_target *t, hcb_tap_fn fn, uint64_t *id,
+                    hcb_error *err)
+{
+    hcb_tap_target target = HCB_TAP_TARGET_INIT;
+
+    target.fn = fn;
+    target.user = t;
+    target.name = t->name;
+    target.name_len = strlen(t->name);
+    return hcb_runtime_register_tap(t->state->rt, &target, id, err);
 }
 
 /* Registers `t` (whose first member is its hcb_py_target) as a call target
@@ -132,7 +154,6 @@ call_target_registered(hcb_py_target *t, hcb_call_fn fn)
 static PyObject *
 hcb_register_tap(PyObject *module, PyObject *args)
 {
-    hcb_tap_target target = HCB_TAP_TARGET_INIT;
     hcb_py_target *t;
     PyObject *site;
     const char *name;
@@ -154,11 +175,7 @@ hcb_register_tap(PyObject *module, PyObject *args)
     t = target_new(module, site, name, name_len, sizeof *t);
     if (t == NULL)
         return NULL;
-    target.fn = hcb_py_tap;
-    target.user = t;
-    target.name = t->name;
-    target.name_len = strlen(t->name);
-    rc = hcb_runtime_register_tap(t->state->rt, &target, &id, &err);
+    rc = register_tap_target(t, hcb_py_tap, &id, &err);
     return target_registered(t, rc, id, &err);
 }
 
@@ -253,7 +270,6 @@ hcb_register_buffer_callback(PyObject *module, PyObject *args)
 static PyObject *
 hcb_register_print(PyObject *module, PyObject *args)
 {
-    hcb_tap_target target = HCB_TAP_TARGET_INIT;
     hcb_py_print_target *t;
     PyObject *site, *rest;
     const char *name;
@@ -281,17 +297,11 @@ hcb_register_print(PyObject *module, PyObject *args)
     if (rest == NULL || hcb_py_print_setup(t, rest) < 0) {
         Py_XDECREF(rest);
         hcb_py_print_clear(t);
-        Py_DECREF(t->base.site);
-        Py_DECREF(t->base.module);
-        PyMem_RawFree(t);
+        target_free(&t->base);
         return NULL;
     }
     Py_DECREF(rest);
-    target.fn = hcb_py_print;
-    target.user = t;
-    target.name = t->base.name;
-    target.name_len = strlen(t->base.name);
-    rc = hcb_runtime_register_tap(t->base.state->rt, &target, &id, &err);
+    rc = register_tap_target(&t->base, hcb_py_print, &id, &err);
     if (rc != HCB_OK)
         hcb_py_print_clear(t);
     return target_registered(&t->base, rc, id, &err);

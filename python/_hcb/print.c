@@ -267,15 +267,15 @@ hcb_py_print_clear(hcb_py_print_target *t)
 
 #define STACK_TEXT 8192
 
-/* The record's value as text (with a newline), in `stack` or in a new
- * allocation (*heap, freed by the caller). */
+/* The text of a value, in `stack` (STACK_TEXT bytes) or, when longer, in a
+ * new allocation (*heap, freed by the caller); either has room for one more
+ * byte after the text. */
 static int
-format_record(hcb_py_print_target *t, hcb_record *rec, char *stack, char **heap,
-              char **text, size_t *len, hcb_error *err)
+format_text(const hcb_print_node *nodes, size_t nnodes, const hcb_array *arrays,
+            size_t narrays, const hcb_print_options *opts, char *stack,
+            char **heap, char **text, size_t *len, hcb_error *err)
 {
-    size_t nargs = hcb_record_nargs(rec);
-    const hcb_array *args = hcb_record_args(rec);
-    int rc = hcb_format_value(t->nodes, t->nnodes, args, nargs, &t->opts, stack,
+    int rc = hcb_format_value(nodes, nnodes, arrays, narrays, opts, stack,
                               STACK_TEXT - 1, len, err);
 
     *text = stack;
@@ -285,35 +285,28 @@ format_record(hcb_py_print_target *t, hcb_record *rec, char *stack, char **heap,
             return hcb_error_set(err, HCB_ENOMEM,
                                  "id_print: out of memory for %zu bytes",
                                  *len + 2);
-        rc = hcb_format_value(t->nodes, t->nnodes, args, nargs, &t->opts, *heap,
+        rc = hcb_format_value(nodes, nnodes, arrays, narrays, opts, *heap,
                               *len + 1, len, err);
         *text = *heap;
     }
-    if (rc == HCB_OK)
-        (*text)[(*len)++] = '\n';
     return rc;
-}
-
-/* The name of the record's device, for the "k: v" line. */
-static const char *
-device_name(const hcb_py_print_target *t, hcb_device device)
-{
-    size_t i;
-
-    for (i = 0; i < t->ndevices; i++)
-        if (t->dev_keys[i] == device)
-            return t->dev_names[i];
-    return "?";
 }
 
 /* With the GIL: the "k: v" line of a record, with its newline; NULL with
  * no exception when there is none. */
 static PyObject *
-kv_line(const hcb_py_print_target *t, const char *device)
+kv_line(const hcb_py_print_target *t, hcb_device device)
 {
-    if (t->with_device)
-        return PyUnicode_FromFormat("%s%s%s\n", t->kv_before, device,
+    const char *name = "?";
+    size_t i;
+
+    if (t->with_device) {
+        for (i = 0; i < t->ndevices; i++)
+            if (t->dev_keys[i] == device)
+                name = t->dev_names[i];
+        return PyUnicode_FromFormat("%s%s%s\n", t->kv_before, name,
                                     t->kv_after);
+    }
     if (t->kv_before[0] == '\0')
         return NULL;
     return PyUnicode_FromFormat("%s\n", t->kv_before);
@@ -324,19 +317,21 @@ hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
 {
     hcb_py_print_target *t = user;
     char stack[STACK_TEXT], *heap = NULL, *text = NULL;
-    const char *device = device_name(t, hcb_record_device(rec));
     size_t len = 0;
     PyObject *s1 = NULL, *s2 = NULL;
     PyGILState_STATE gil;
     int rc, locked;
 
-    rc = format_record(t, rec, stack, &heap, &text, &len, err);
+    rc = format_text(t->nodes, t->nnodes, hcb_record_args(rec),
+                     hcb_record_nargs(rec), &t->opts, stack, &heap, &text, &len,
+                     err);
     if (rc == HCB_EUNIMPL) /* a dtype only numpy prints: the Python path */
         return hcb_py_tap(user, rec, err);
     if (rc != HCB_OK) {
         free(heap);
         return rc;
     }
+    text[len++] = '\n';
 
     locked = print_lock();
     if (hcb_py_gil_ensure(t->base.state, &gil) < 0) {
@@ -346,7 +341,7 @@ hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
                              "id_print output lost: the Python interpreter is "
                              "shutting down");
     }
-    s1 = kv_line(t, device);
+    s1 = kv_line(t, hcb_record_device(rec));
     s2 = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
     if (PyErr_Occurred() || s2 == NULL ||
         (s1 != NULL && write_text(t->base.state, t->stream, s1) < 0) ||
@@ -385,7 +380,7 @@ hcb_py_format_value(hcb_state *st, PyObject *args)
     hcb_print_options opts;
     size_t nnodes = 0, len = 0;
     Py_ssize_t n = 0, i;
-    char *pos, *buf = NULL;
+    char stack[STACK_TEXT], *pos, *heap = NULL, *text = NULL;
     hcb_error err;
     int rc;
 
@@ -409,25 +404,17 @@ hcb_py_format_value(hcb_state *st, PyObject *args)
     if (hcb_py_views_of(st, aseq, views, keep, n, 0) < 0)
         goto done;
     Py_BEGIN_ALLOW_THREADS;
-    rc = hcb_format_value(nodes, nnodes, views, (size_t)n, &opts, NULL, 0, &len,
-                          &err);
-    if (rc == HCB_OK) {
-        buf = malloc(len + 1);
-        if (buf != NULL)
-            rc = hcb_format_value(nodes, nnodes, views, (size_t)n, &opts, buf,
-                                  len + 1, &len, &err);
-    }
+    rc = format_text(nodes, nnodes, views, (size_t)n, &opts, stack, &heap,
+                     &text, &len, &err);
     Py_END_ALLOW_THREADS;
     if (rc != HCB_OK)
         raise_error(&err);
-    else if (buf == NULL)
-        PyErr_NoMemory();
     else
-        result = PyUnicode_DecodeUTF8(buf, (Py_ssize_t)len, "replace");
+        result = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
 done:
     for (i = 0; keep != NULL && i < n; i++)
         Py_XDECREF(keep[i]);
-    free(buf);
+    free(heap);
     PyMem_Free(keep);
     PyMem_Free(views);
     PyMem_RawFree(nodes);

@@ -125,14 +125,18 @@ class Printer:
     texts.append(self.format(arg) + "\n")
     _hcb.print_write(self.output_stream, tuple(texts))
 
-  def kv_line(self, transforms: Sequence[Any], device: Any) -> str:
-    """The ``k: v`` line of one tap (empty when there is nothing)."""
+  def kv_pairs(self, transforms: Sequence[Any], device: Any) -> list[str]:
+    """The ``k: v`` pairs of one tap, sorted by key."""
     pairs = dict(self.kwargs)
     if transforms:
       pairs["transforms"] = _transforms_text(transforms)
     if device is not None:
       pairs["device"] = str(device)
-    return " ".join(f"{k}: {v}" for k, v in sorted(pairs.items()))
+    return [f"{k}: {v}" for k, v in sorted(pairs.items())]
+
+  def kv_line(self, transforms: Sequence[Any], device: Any) -> str:
+    """The ``k: v`` line of one tap (empty when there is nothing)."""
+    return " ".join(self.kv_pairs(transforms, device))
 
   def format(self, value: Any) -> str:
     """The text of one value (a pytree of numpy arrays)."""
@@ -172,17 +176,12 @@ class Printer:
     nodes: list[Node] = []
     if self.options is None or not _treedef_nodes(site.treedef, None, nodes):
       return _hcb.register_tap(site, "id_print")
-    pairs = dict(self.kwargs)
-    if site.transforms:
-      pairs["transforms"] = _transforms_text(site.transforms)
-    before = " ".join(f"{k}: {v}" for k, v in sorted(pairs.items())
-                      if not site.with_device or k < "device")
-    after = ""
-    if site.with_device:
-      pairs.pop("device", None)
-      before += (" " if before else "") + "device: "
-      after = "".join(f" {k}: {v}" for k, v in sorted(pairs.items())
-                      if k > "device")
+    # The line with an empty device name, split after "device: ": the C
+    # target puts each record's device name in between.
+    pairs = self.kv_pairs(site.transforms, "" if site.with_device else None)
+    split = pairs.index("device: ") + 1 if site.with_device else len(pairs)
+    before = " ".join(pairs[:split])
+    after = "".join(" " + p for p in pairs[split:])
     devices = tuple((_runtime.device_key(d), str(d))
                     for d in jax.devices("cpu"))
     return _hcb.register_print(site, "id_print", nodes, before, after,
