@@ -9,107 +9,157 @@
 /* ---- record memory -----------------------------------------------------
  *
  * A record is allocated on XLA's thread and freed on the consumer's (or
- * wherever Python drops the last array over it).  With plain malloc and
- * free that costs twice: the allocating thread's cache never sees the
- * frees, so each small record takes malloc's slow path; and a large record
- * is fresh memory from the kernel, every page faulting during the copy.
- * Two caches keep freed record memory for the next record instead:
+ * wherever Python drops the last array over it).  Plain malloc and free
+ * cost twice there: the allocating thread's cache never sees the frees, so
+ * each small record takes malloc's slow path; and a large record in fresh
+ * memory page-faults on every page of its copy.  Reusing a freed block at
+ * once is no better for small records: the consumer wrote it last, so each
+ * of its cache lines crosses between cores again.  So:
  *
- *   - small records (up to SMALL_BLOCK bytes: the usual tap of a few
- *     scalars) are blocks of one size on a lock-free stack.  A free pushes
- *     one block (CAS); an allocation pops from its thread's own list and
- *     refills that list by taking the whole stack at once (one exchange).
- *     Taking all, never one, is what keeps the stack free of ABA.
+ *   - small records (up to ARENA_RECORD_MAX bytes: the usual tap of a few
+ *     scalars) are carved one after the other out of the allocating
+ *     thread's arena, a block of ARENA_BYTES.  The writes walk forward
+ *     through memory, which the hardware prefetches, and the thread shares
+ *     nothing with the consumer but the records themselves.  An arena
+ *     counts its live records (see arena_release); the last release of a
+ *     full arena puts it on a short free list for the next one.
  *   - large records (LARGE_MIN bytes and up) keep a few blocks under a
  *     mutex, each reused for a record of between half and all its size.
  *
- * Both are bounded (SMALL_MAX blocks, LARGE_SLOTS blocks of at most
+ * Both are bounded (ARENA_KEEP free arenas, LARGE_SLOTS blocks of at most
  * LARGE_MAX_BYTES in all) and used only with the default allocator: a hook
- * set with hcb_set_allocator sees every allocation.
+ * set with hcb_set_allocator sees every allocation.  A small record that
+ * is kept (hcb_record_retain) keeps its whole arena; Python copies small
+ * records' arrays out for that reason (python/_hcb/bridge.c).
  */
 
-enum { POOL_NONE, POOL_SMALL, POOL_LARGE };
+enum { POOL_NONE, POOL_ARENA, POOL_LARGE };
 
-#define SMALL_BLOCK     512
-#define SMALL_MAX       4096
-#define LARGE_MIN       ((size_t)1 << 20)
-#define LARGE_SLOTS     4
-#define LARGE_MAX_BYTES ((size_t)256 << 20)
+#define ARENA_BYTES      ((size_t)64 << 10)
+#define ARENA_RECORD_MAX 4096 /* python/_hcb/bridge.c copies up to this */
+#define ARENA_KEEP       64
+#define ARENA_OPEN       (SIZE_MAX / 2) /* see arena_release */
+#define LARGE_MIN        ((size_t)1 << 20)
+#define LARGE_SLOTS      4
+#define LARGE_MAX_BYTES  ((size_t)256 << 20)
 
-typedef struct block {
-    struct block *next;
-} block;
+typedef struct arena {
+    /* ARENA_OPEN minus the records released while the arena is the
+     * current one of its thread; after that, the records still live. */
+    atomic_size_t live;
+    struct arena *next; /* on the free list */
+    _Alignas(64) char data[];
+} arena;
 
-static _Atomic(block *) small_stack;
-static atomic_size_t small_cached; /* blocks in the stack and thread lists */
-static HCB__TLS block *small_local;
-static HCB__TLS bool small_registered;
-static pthread_key_t small_key;
-static pthread_once_t small_once = PTHREAD_ONCE_INIT;
-static bool small_key_ok;
+/* The allocating thread's arena, and what it has carved out of it. */
+static HCB__TLS arena *arena_current;
+static HCB__TLS size_t arena_used, arena_records;
+static HCB__TLS bool arena_registered;
+static pthread_key_t arena_key;
+static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
+static bool arena_key_ok;
+
+static struct {
+    pthread_mutex_t mu;
+    arena *head;
+    size_t count;
+} arena_free = {PTHREAD_MUTEX_INITIALIZER, NULL, 0};
 
 static void
-small_push(block *b)
+arena_recycle(arena *a)
 {
-    block *head = atomic_load_explicit(&small_stack, memory_order_relaxed);
-
-    do
-        b->next = head;
-    while (!atomic_compare_exchange_weak_explicit(
-        &small_stack, &head, b, memory_order_release, memory_order_relaxed));
+    pthread_mutex_lock(&arena_free.mu);
+    if (arena_free.count < ARENA_KEEP) {
+        a->next = arena_free.head;
+        arena_free.head = a;
+        arena_free.count++;
+        a = NULL;
+    }
+    pthread_mutex_unlock(&arena_free.mu);
+    free(a);
 }
 
-/* At thread exit: the thread's list goes back to the stack. */
+/* Drops `n` from the arena's count; the one that reaches 0 recycles it.
+ * While the arena is its thread's current one the count stays above
+ * ARENA_OPEN - (records carved) > 0, so releases cannot reach 0 and the
+ * allocating thread never touches the count per record.  Closing the
+ * arena drops ARENA_OPEN - (records carved): what is left is the number
+ * of records still live. */
 static void
-small_thread_exit(void *unused)
+arena_release(arena *a, size_t n)
+{
+    if (atomic_fetch_sub_explicit(&a->live, n, memory_order_acq_rel) == n)
+        arena_recycle(a);
+}
+
+static void
+arena_close(void)
+{
+    arena *a = arena_current;
+
+    arena_current = NULL;
+    if (a != NULL)
+        arena_release(a, ARENA_OPEN - arena_records);
+}
+
+static void
+arena_thread_exit(void *unused)
 {
     (void)unused;
-    while (small_local != NULL) {
-        block *b = small_local;
-
-        small_local = b->next;
-        small_push(b);
-    }
+    arena_close();
 }
 
 static void
-small_key_create(void)
+arena_key_create(void)
 {
-    small_key_ok = pthread_key_create(&small_key, small_thread_exit) == 0;
+    arena_key_ok = pthread_key_create(&arena_key, arena_thread_exit) == 0;
+}
+
+/* Opens a new arena for this thread: false if the thread cannot have one
+ * (no memory, or no way to close it at thread exit). */
+static bool
+arena_open(void)
+{
+    arena *a;
+
+    if (!arena_registered) {
+        pthread_once(&arena_once, arena_key_create);
+        arena_registered =
+            arena_key_ok && pthread_setspecific(arena_key, &arena_key) == 0;
+        if (!arena_registered)
+            return false;
+    }
+    arena_close();
+    pthread_mutex_lock(&arena_free.mu);
+    a = arena_free.head;
+    if (a != NULL) {
+        arena_free.head = a->next;
+        arena_free.count--;
+    }
+    pthread_mutex_unlock(&arena_free.mu);
+    if (a == NULL &&
+        (a = aligned_alloc(_Alignof(arena), sizeof *a + ARENA_BYTES)) == NULL)
+        return false;
+    atomic_init(&a->live, ARENA_OPEN);
+    arena_current = a;
+    arena_used = 0;
+    arena_records = 0;
+    return true;
 }
 
 static void *
-small_take(void)
+arena_take(size_t size)
 {
-    block *b = small_local;
+    void *p;
 
-    if (b == NULL) {
-        b = atomic_exchange_explicit(&small_stack, NULL, memory_order_acquire);
-        if (b == NULL)
-            return NULL;
-        if (!small_registered) {
-            /* once per thread: have its list handed back at exit */
-            pthread_once(&small_once, small_key_create);
-            small_registered =
-                small_key_ok && pthread_setspecific(small_key, &small_key) == 0;
-        }
-        if (!small_registered) {
-            /* no way to hand the list back at exit: keep one block */
-            block *rest = b->next;
-
-            while (rest != NULL) {
-                block *next = rest->next;
-
-                small_push(rest);
-                rest = next;
-            }
-            atomic_fetch_sub_explicit(&small_cached, 1, memory_order_relaxed);
-            return b;
-        }
-    }
-    small_local = b->next;
-    atomic_fetch_sub_explicit(&small_cached, 1, memory_order_relaxed);
-    return b;
+    size = (size + 63) & ~(size_t)63; /* records do not share cache lines */
+    if ((arena_current == NULL || ARENA_BYTES - arena_used < size) &&
+        !arena_open())
+        return NULL;
+    p = arena_current->data + arena_used;
+    arena_used += size;
+    arena_records++;
+    return p;
 }
 
 static struct {
@@ -182,12 +232,13 @@ record_alloc(size_t size)
     int pool = POOL_NONE;
 
     if (hcb__default_allocator()) {
-        if (size <= SMALL_BLOCK) {
-            pool = POOL_SMALL;
-            capacity = SMALL_BLOCK;
-            rec = small_take();
-            if (rec == NULL)
-                rec = malloc(SMALL_BLOCK);
+        if (size <= ARENA_RECORD_MAX) {
+            pool = POOL_ARENA;
+            rec = arena_take(size);
+            if (rec != NULL)
+                rec->arena = arena_current;
+            else
+                pool = POOL_NONE; /* from hcb__malloc below */
         } else if (size >= LARGE_MIN) {
             pool = POOL_LARGE;
             rec = large_take(size, &capacity);
@@ -210,15 +261,8 @@ record_free(hcb_record *rec)
     bool pools = hcb__default_allocator();
 
     switch (rec->pool) {
-    case POOL_SMALL:
-        if (pools && atomic_fetch_add_explicit(
-                         &small_cached, 1, memory_order_relaxed) < SMALL_MAX) {
-            small_push((block *)rec);
-            return;
-        }
-        if (pools)
-            atomic_fetch_sub_explicit(&small_cached, 1, memory_order_relaxed);
-        free(rec);
+    case POOL_ARENA:
+        arena_release(rec->arena, 1);
         return;
     case POOL_LARGE:
         if (!pools || !large_keep(rec, rec->capacity))

@@ -27,6 +27,7 @@ struct hcb_record {
     size_t size;             /* bytes the record needs (its queue charge) */
     size_t capacity;         /* bytes of its allocation (>= size) */
     int pool;                /* where its memory goes back to (record.c) */
+    struct arena *arena;     /* the arena it was carved from, if any */
     uint64_t callback_id;
     hcb_device device;
     size_t nargs;

@@ -193,7 +193,10 @@ HCB_API int hcb_record_create(uint64_t callback_id, hcb_device device,
                               const hcb_array *args, size_t nargs,
                               hcb_record **out, hcb_error *err);
 
-/* Reference counting; thread-safe.  release(NULL) does nothing. */
+/* Reference counting; thread-safe.  release(NULL) does nothing.  A record
+ * of up to 4 KiB shares a 64 KiB block with the records made before and
+ * after it on its thread, and keeping it keeps that block: copy out what a
+ * tap function keeps for long rather than retain many small records. */
 HCB_API void hcb_record_retain(hcb_record *rec);
 HCB_API void hcb_record_release(hcb_record *rec);
 

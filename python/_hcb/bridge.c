@@ -119,7 +119,10 @@ hcb_py_array_view(PyObject *descr, int rank, const int64_t *dims, void *data,
                   int writable, PyObject *base)
 {
     npy_intp shape[HCB_MAX_RANK];
-    int flags = NPY_ARRAY_CARRAY_RO | (writable ? NPY_ARRAY_WRITEABLE : 0);
+    /* with no data, numpy allocates; flags would then ask for F order */
+    int flags = data == NULL ? 0
+                             : NPY_ARRAY_CARRAY_RO |
+                                   (writable ? NPY_ARRAY_WRITEABLE : 0);
     PyObject *arr;
     int i;
 
@@ -138,14 +141,27 @@ hcb_py_array_view(PyObject *descr, int rank, const int64_t *dims, void *data,
     return arr;
 }
 
+/* Records up to this size are carved from an arena that they keep alive
+ * as a whole (src/record.c, ARENA_RECORD_MAX): their arrays are copied, so
+ * a kept array holds only its own bytes.  Larger records are not copied:
+ * the arrays point into the record, which lives as long as they do. */
+#define COPY_MAX 4096
+
+/* An array of `a`'s data: over it, kept alive by `owner`, or a copy when
+ * `owner` is NULL. */
 static PyObject *
-array_over(hcb_state *st, const hcb_array *a, PyObject *owner)
+array_of(hcb_state *st, const hcb_array *a, PyObject *owner)
 {
-    PyObject *descr = hcb_py_descr(st, a->dtype);
+    PyObject *descr = hcb_py_descr(st, a->dtype), *arr;
 
     if (descr == NULL)
         return NULL;
-    return hcb_py_array_view(descr, a->rank, a->dims, a->data, 1, owner);
+    if (owner != NULL)
+        return hcb_py_array_view(descr, a->rank, a->dims, a->data, 1, owner);
+    arr = hcb_py_array_view(descr, a->rank, a->dims, NULL, 0, NULL);
+    if (arr != NULL && a->nbytes > 0)
+        memcpy(PyArray_DATA((PyArrayObject *)arr), a->data, a->nbytes);
+    return arr;
 }
 
 PyObject *
@@ -153,29 +169,29 @@ hcb_py_arrays_of(hcb_state *st, hcb_record *rec)
 {
     size_t i, n = hcb_record_nargs(rec);
     const hcb_array *args = hcb_record_args(rec);
-    PyObject *owner, *tuple;
+    PyObject *owner = NULL, *tuple;
 
     tuple = PyTuple_New((Py_ssize_t)n);
     if (tuple == NULL)
         return NULL;
     if (n == 0)
         return tuple;
-    owner = owner_new(st, rec);
-    if (owner == NULL) {
+    if (hcb_record_size(rec) > COPY_MAX &&
+        (owner = owner_new(st, rec)) == NULL) {
         Py_DECREF(tuple);
         return NULL;
     }
     for (i = 0; i < n; i++) {
-        PyObject *arr = array_over(st, &args[i], owner);
+        PyObject *arr = array_of(st, &args[i], owner);
 
         if (arr == NULL) {
-            Py_DECREF(owner);
+            Py_XDECREF(owner);
             Py_DECREF(tuple);
             return NULL;
         }
         PyTuple_SET_ITEM(tuple, (Py_ssize_t)i, arr);
     }
-    Py_DECREF(owner);
+    Py_XDECREF(owner);
     return tuple;
 }
 

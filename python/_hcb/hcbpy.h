@@ -95,10 +95,12 @@ void hcb_py_gil_release(PyGILState_STATE gil);
 /* The numpy dtype of an hcb_dtype (borrowed), or NULL with a TypeError. */
 PyObject *hcb_py_descr(hcb_state *st, hcb_dtype dtype);
 /* A numpy array (no copy) over `data`: C order, `descr` (borrowed), `rank`
- * `dims`; `base` (may be NULL) is kept alive by it. */
+ * `dims`; `base` (may be NULL) is kept alive by it.  With `data` NULL, a new
+ * writable array of its own (uninitialized). */
 PyObject *hcb_py_array_view(PyObject *descr, int rank, const int64_t *dims,
                             void *data, int writable, PyObject *base);
-/* A tuple of numpy arrays viewing the record's arrays (keeping it alive). */
+/* A tuple of numpy arrays of the record's arrays: views that keep the
+ * record alive, or copies for a small record (bridge.c, COPY_MAX). */
 PyObject *hcb_py_arrays_of(hcb_state *st, hcb_record *rec);
 /* The jax.Device of a device key (new reference). */
 PyObject *hcb_py_device_of(hcb_state *st, hcb_device key);

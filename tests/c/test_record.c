@@ -117,9 +117,8 @@ test_out_of_memory(void **state)
 }
 
 /* A record made on one thread and freed on another: its memory must come
- * back for the next record (record.c's caches), small and large alike.
- * Plain malloc would not give it back: the free lands in the other
- * thread's cache (or, under ASan, in quarantine). */
+ * back for a later record (record.c's arenas and large-block cache).
+ * Plain malloc would not give it back under ASan (quarantine). */
 typedef struct handoff {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -146,27 +145,35 @@ releaser(void *arg)
     return NULL;
 }
 
-static void
-check_reuse_across_threads(size_t nbytes)
+/* Makes `count` records of `nbytes` each, each released by the other
+ * thread before the next is made; true if a later one got (part of) the
+ * first one's memory. */
+static bool
+reused_across_threads(size_t nbytes, int count)
 {
     static char data[4 << 20];
     int64_t dims[1] = {(int64_t)nbytes};
     hcb_array a = {HCB_U8, 1, dims, data, nbytes};
     handoff h = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL,
                  false};
-    void *seen[3] = {NULL, NULL, NULL};
-    size_t distinct = 0, i, k;
+    uintptr_t first = 0;
+    size_t first_size = 0;
+    bool reused = false;
     pthread_t t;
+    int i;
 
     assert_int_equal(pthread_create(&t, NULL, releaser, &h), 0);
-    for (i = 0; i < 50; i++) {
+    for (i = 0; i < count; i++) {
         hcb_record *rec;
+        uintptr_t at;
 
         assert_int_equal(hcb_record_create(1, 0, &a, 1, &rec, NULL), HCB_OK);
-        for (k = 0; k < distinct && seen[k] != (void *)rec; k++)
-            ;
-        if (k == distinct && distinct < 3)
-            seen[distinct++] = rec;
+        at = (uintptr_t)rec;
+        if (first == 0) {
+            first = at;
+            first_size = hcb_record_size(rec);
+        } else if (at < first + first_size && first < at + hcb_record_size(rec))
+            reused = true; /* overlaps: first's memory came back */
         pthread_mutex_lock(&h.mu);
         h.rec = rec;
         pthread_cond_broadcast(&h.cv);
@@ -179,16 +186,83 @@ check_reuse_across_threads(size_t nbytes)
     pthread_cond_broadcast(&h.cv);
     pthread_mutex_unlock(&h.mu);
     pthread_join(t, NULL);
-    /* the first record's memory, then the same block every time after */
-    assert_true(distinct <= 2);
+    return reused;
 }
 
 static void
 test_memory_comes_back_across_threads(void **state)
 {
     (void)state;
-    check_reuse_across_threads(16);      /* a small record */
-    check_reuse_across_threads(2 << 20); /* a large one */
+    /* small: carved from an arena, which comes back once all its records
+     * are released (well within 4000 records of 16 bytes) */
+    assert_true(reused_across_threads(16, 4000));
+    /* large: the same cached block each time */
+    assert_true(reused_across_threads(2 << 20, 3));
+}
+
+/* A small record that is kept keeps its memory while thousands of records
+ * after it come and go (its arena must not be reused under it). */
+static void
+test_kept_record_survives(void **state)
+{
+    uint32_t v[4] = {0xdeadbeef, 1, 2, 3};
+    int64_t dims[1] = {4};
+    hcb_array a = {HCB_U32, 1, dims, v, sizeof v};
+    hcb_record *kept = NULL;
+    int i;
+
+    (void)state;
+    assert_int_equal(hcb_record_create(7, 0, &a, 1, &kept, NULL), HCB_OK);
+    for (i = 0; i < 20000; i++) {
+        hcb_record *rec;
+
+        v[0] = (uint32_t)i;
+        assert_int_equal(hcb_record_create(8, 0, &a, 1, &rec, NULL), HCB_OK);
+        assert_int_equal(((uint32_t *)hcb_record_args(rec)[0].data)[0], i);
+        hcb_record_release(rec);
+    }
+    assert_int_equal(hcb_record_callback_id(kept), 7);
+    assert_int_equal(((uint32_t *)hcb_record_args(kept)[0].data)[0],
+                     0xdeadbeef);
+    assert_int_equal(((uint32_t *)hcb_record_args(kept)[0].data)[3], 3);
+    hcb_record_release(kept);
+}
+
+/* Records outlive the thread that made them (an XLA thread may exit while
+ * its taps are queued). */
+static void *
+make_records(void *arg)
+{
+    hcb_record **recs = arg;
+    int64_t dims[1] = {1};
+    int i;
+
+    for (i = 0; i < 3; i++) {
+        int32_t x = 100 + i;
+        hcb_array a = {HCB_S32, 1, dims, &x, sizeof x};
+
+        if (hcb_record_create(1, 0, &a, 1, &recs[i], NULL) != HCB_OK)
+            recs[i] = NULL;
+    }
+    return NULL;
+}
+
+static void
+test_records_outlive_their_thread(void **state)
+{
+    hcb_record *recs[3] = {NULL, NULL, NULL};
+    pthread_t t;
+    int i;
+
+    (void)state;
+    assert_int_equal(pthread_create(&t, NULL, make_records, recs), 0);
+    pthread_join(t, NULL);
+    for (i = 0; i < 3; i++) {
+        assert_non_null(recs[i]);
+        assert_int_equal(((int32_t *)hcb_record_args(recs[i])[0].data)[0],
+                         100 + i);
+        hcb_record_release(recs[i]);
+    }
 }
 
 int
@@ -201,6 +275,8 @@ main(void)
         cmocka_unit_test(test_refcount),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_memory_comes_back_across_threads),
+        cmocka_unit_test(test_kept_record_survives),
+        cmocka_unit_test(test_records_outlive_their_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
