@@ -1,5 +1,5 @@
 /*
- * queue.c - a FIFO of records bounded in bytes.
+ * queue.c - a FIFO of records bounded in bytes, pushed without a lock.
  *
  * DESIGN
  *
@@ -7,47 +7,85 @@
  * or C callers of hcb_runtime_submit) push; one consumer thread pops; any
  * number of barrier callers wait.
  *
- * Locks.  One mutex, `mu`, protects every field.  No other lock is ever
- * taken while holding it, and no user code runs under it: the consumer
- * takes every queued record at once (hcb__queue_pop), calls the tap
- * function on each with `mu` released, and then marks them all done
- * (hcb__queue_done): two lock round trips per batch, not per record. (runtime.c
- * takes its lifecycle lock *before* `mu`, never after.)
+ * The list.  Records are linked by `next` from `head` (the consumer's) to
+ * `tail` (the producers'), a multi-producer single-consumer list after
+ * D. Vyukov's: a producer swaps itself in as `tail` (one atomic exchange)
+ * and then links the record it replaced to itself.  Until that link is
+ * made the consumer sees the list end early and waits for it (a few
+ * instructions, unless the producer is descheduled in between).  A `stub`
+ * record stands in the list when it is empty, so that there is always a
+ * tail to link after; the consumer puts it back behind the last record so
+ * that the last record can leave.  The consumer takes every record it can
+ * reach at once (hcb__queue_pop), calls the tap functions with no lock
+ * held, and marks them all done with its next pop.
  *
- * Condvars.  `nonempty` wakes the consumer (push, close).  Before it
- * sleeps on it, an idle consumer polls `pushed_hint` for a few
- * microseconds: taps streaming out of a loop arrive closer together than
+ * Counts.  `pushed` is taken by each push *before* it swaps the tail, and
+ * the consumer counts `done` in list order.  So once `done` reaches a
+ * value of `pushed`, every record whose push had returned when `pushed`
+ * was read is done (hcb__queue_mark/wait_mark: the barriers): the records
+ * linked before it all took their count before it did.
+ *
+ * Done.  The consumer counts records done (`done`, `bytes`) in batches:
+ * when it has DONE_BATCH finished, when it has been idle for a moment
+ * (DONE_SPINS), before it sleeps, and at once whenever someone waits
+ * (`waiters`): a barrier, a call behind taps, a producer out of space.
+ * Counting each record as it finishes would move the counters' cache line
+ * between the producer's core and the consumer's for every record while
+ * the consumer keeps up.
+ *
+ * Sleeping.  An idle consumer polls `pushed` for a few microseconds
+ * (POP_SPINS): taps streaming out of a loop arrive closer together than
  * that, and a futex sleep and wake-up per record would cost more than the
- * tap itself.  `progress` is
- * broadcast whenever a record is done or the bound changes: it wakes the
- * producers waiting for space and the barrier callers waiting for `done`.
+ * tap itself.  Then it sets `consumer_sleeping`, checks `pushed` once more
+ * and waits on `nonempty` under `mu`; a producer, after its count, reads
+ * `consumer_sleeping` and only then signals (under `mu`).  Both sides are
+ * sequentially consistent, so at least one sees the other: a record is
+ * never left with the consumer asleep.  Barrier callers and producers
+ * waiting for space count themselves in `waiters` the same way, and the
+ * consumer broadcasts `progress` only when someone waits.
  *
  * Bound.  `bytes` counts records from push until done, so the memory held
  * by queued and in-flight records stays under the bound, plus at most one
  * record larger than the bound: a record that does not fit waits until the
- * queue is empty (bytes == 0) and then passes alone.  Waiting is what makes
- * a full queue slow the device down (back-pressure); nothing is dropped.
+ * queue is empty (bytes == 0) and then passes alone.  A producer reserves
+ * its bytes with a compare-and-swap, so concurrent producers never
+ * overshoot together.  Waiting is what makes a full queue slow the device
+ * down (back-pressure); nothing is dropped.
  *
- * Ordering.  Records leave in the order they entered.  Producers for one
- * device that push concurrently are ordered by who takes `mu` first.
+ * Ordering.  Records leave in the order they were linked: for one producer
+ * thread, the order it pushed them.
  *
  * Shutdown.  close sets `closing`; the consumer keeps popping until the
- * queue is empty, then marks itself inactive and returns NULL.  A producer
- * that pushes after that learns from the return value that no consumer is
- * active and has runtime.c start a new one.
+ * queue is empty, then marks itself inactive, checks `pushed` once more
+ * (a record that came in the meantime is drained first) and returns NULL.
+ * A producer reads `consumer_active` after its count: one that sees it
+ * false has runtime.c start a new consumer, after the stop that closed the
+ * queue has joined the old one (runtime.c's lifecycle lock).
+ *
+ * Locks.  `mu` guards only sleeping and waiting; no other lock is taken
+ * while holding it (runtime.c takes its lifecycle lock *before* it).
  */
+#include <sched.h>
+
 #include "queue.h"
 
 /* How long an idle consumer polls before it sleeps: about 5-20 us. */
 #define POP_SPINS 4000
+/* Polls after which an idle consumer counts its finished records done
+ * (about 1 us), and the most it keeps finished and uncounted. */
+#define DONE_SPINS 64
+#define DONE_BATCH 256
 
 int
 hcb__queue_init(hcb__queue *q, size_t max_bytes)
 {
     int rc;
 
-    *q = (hcb__queue){0};
-    q->max_bytes = max_bytes;
+    *q = (hcb__queue){.head = NULL};
+    atomic_init(&q->stub.next, NULL);
+    atomic_init(&q->tail, &q->stub);
+    q->head = &q->stub;
+    atomic_init(&q->max_bytes, max_bytes);
     if ((rc = hcb__mutex_init(&q->mu)) != HCB_OK)
         return rc;
     if ((rc = hcb__cond_init(&q->nonempty)) != HCB_OK) {
@@ -70,105 +108,228 @@ hcb__queue_destroy(hcb__queue *q)
     hcb__mutex_destroy(&q->mu);
 }
 
+/* Wakes the threads waiting on `progress`, if any.  Called after a change
+ * they wait for, made sequentially consistent (see Sleeping). */
+static void
+wake_waiters(hcb__queue *q)
+{
+    if (atomic_load(&q->waiters) > 0) {
+        hcb__mutex_lock(&q->mu);
+        hcb__cond_broadcast(&q->progress);
+        hcb__mutex_unlock(&q->mu);
+    }
+}
+
 void
 hcb__queue_set_max_bytes(hcb__queue *q, size_t max_bytes)
 {
-    hcb__mutex_lock(&q->mu);
-    q->max_bytes = max_bytes;
-    hcb__cond_broadcast(&q->progress);
-    hcb__mutex_unlock(&q->mu);
+    atomic_store(&q->max_bytes, max_bytes);
+    wake_waiters(q);
 }
 
 static bool
-fits(const hcb__queue *q, size_t size)
+fits(const hcb__queue *q, size_t bytes, size_t size)
 {
-    if (q->bytes == 0)
+    size_t max = atomic_load(&q->max_bytes);
+
+    if (bytes == 0)
         return true; /* a record larger than the bound passes alone */
-    return q->bytes <= q->max_bytes && size <= q->max_bytes - q->bytes;
+    return bytes <= max && size <= max - bytes;
+}
+
+/* Reserves `size` bytes under the bound, waiting for space unless the
+ * caller is the consumer itself (it would wait for itself). */
+static void
+reserve(hcb__queue *q, size_t size, bool self_consumer)
+{
+    size_t bytes = atomic_load_explicit(&q->bytes, memory_order_relaxed);
+    size_t high;
+
+    for (;;) {
+        if (self_consumer || fits(q, bytes, size)) {
+            if (atomic_compare_exchange_weak(&q->bytes, &bytes, bytes + size))
+                break;
+            continue; /* `bytes` was reloaded */
+        }
+        hcb__mutex_lock(&q->mu);
+        atomic_fetch_add(&q->waiters, 1);
+        {
+            uint64_t t0 = hcb__now_ns();
+
+            while (!fits(q, atomic_load(&q->bytes), size))
+                hcb__cond_wait(&q->progress, &q->mu);
+            q->waits++;
+            q->wait_ns += hcb__now_ns() - t0;
+        }
+        atomic_fetch_sub(&q->waiters, 1);
+        hcb__mutex_unlock(&q->mu);
+        bytes = atomic_load_explicit(&q->bytes, memory_order_relaxed);
+    }
+    high = atomic_load_explicit(&q->high_water, memory_order_relaxed);
+    while (bytes + size > high &&
+           !atomic_compare_exchange_weak_explicit(
+               &q->high_water, &high, bytes + size, memory_order_relaxed,
+               memory_order_relaxed))
+        ;
+}
+
+/* Puts `rec` last in the list: the swap orders it, the link publishes it
+ * (release: the consumer reads the record after it sees the link). */
+static void
+link_last(hcb__queue *q, hcb_record *rec)
+{
+    hcb_record *prev;
+
+    atomic_store_explicit(&rec->next, NULL, memory_order_relaxed);
+    prev = atomic_exchange_explicit(&q->tail, rec, memory_order_acq_rel);
+    atomic_store_explicit(&prev->next, rec, memory_order_release);
 }
 
 bool
 hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer)
 {
-    bool active;
-
-    rec->next = NULL;
-    hcb__mutex_lock(&q->mu);
-    if (!self_consumer && !fits(q, rec->size)) {
-        uint64_t t0 = hcb__now_ns();
-
-        while (!fits(q, rec->size))
-            hcb__cond_wait(&q->progress, &q->mu);
-        q->waits++;
-        q->wait_ns += hcb__now_ns() - t0;
+    reserve(q, rec->size, self_consumer);
+    atomic_fetch_add(&q->pushed, 1); /* before the link: see Counts */
+    link_last(q, rec);
+    if (atomic_load(&q->consumer_sleeping)) {
+        hcb__mutex_lock(&q->mu);
+        hcb__cond_signal(&q->nonempty);
+        hcb__mutex_unlock(&q->mu);
     }
-    if (q->tail != NULL)
-        q->tail->next = rec;
-    else
-        q->head = rec;
-    q->tail = rec;
-    q->bytes += rec->size;
-    q->pushed++;
-    atomic_store_explicit(&q->pushed_hint, q->pushed, memory_order_relaxed);
-    q->bytes_in += rec->size;
-    if (q->bytes > q->high_water)
-        q->high_water = q->bytes;
-    active = q->consumer_active;
-    hcb__cond_signal(&q->nonempty);
-    hcb__mutex_unlock(&q->mu);
-    return active;
+    return atomic_load(&q->consumer_active);
+}
+
+/* The oldest record, or NULL when none can be taken yet (the list is
+ * empty, or a producer has swapped the tail and not yet linked).  Only the
+ * consumer calls it. */
+static hcb_record *
+take_one(hcb__queue *q)
+{
+    hcb_record *head = q->head;
+    hcb_record *next = atomic_load_explicit(&head->next, memory_order_acquire);
+
+    if (head == &q->stub) {
+        if (next == NULL)
+            return NULL;
+        q->head = head = next; /* step over the stub */
+        next = atomic_load_explicit(&head->next, memory_order_acquire);
+    }
+    if (next == NULL) {
+        /* `head` is the last record linked: put the stub behind it, so
+         * that it has a successor to hand `head` to, unless a producer is
+         * already linking one */
+        if (head != atomic_load_explicit(&q->tail, memory_order_acquire))
+            return NULL;
+        link_last(q, &q->stub);
+        next = atomic_load_explicit(&head->next, memory_order_acquire);
+        if (next == NULL)
+            return NULL; /* a producer swapped in before the stub */
+    }
+    q->head = next;
+    return head;
+}
+
+/* Takes every record that can be taken, oldest first, linked by `next`. */
+static hcb_record *
+take_all(hcb__queue *q)
+{
+    hcb_record *first = NULL, *last = NULL, *rec;
+
+    while ((rec = take_one(q)) != NULL) {
+        /* no producer writes `rec->next` any more: it had a successor */
+        atomic_store_explicit(&rec->next, NULL, memory_order_relaxed);
+        if (last != NULL)
+            atomic_store_explicit(&last->next, rec, memory_order_relaxed);
+        else
+            first = rec;
+        last = rec;
+        q->taken++;
+    }
+    return first;
+}
+
+static bool
+nothing_pushed(hcb__queue *q)
+{
+    return atomic_load(&q->pushed) == q->taken;
+}
+
+/* Counts the consumer's finished records done. */
+static void
+count_done(hcb__queue *q)
+{
+    if (q->finished > 0 || q->finished_bytes > 0) {
+        hcb__queue_done(q, q->finished, q->finished_bytes);
+        q->finished = 0;
+        q->finished_bytes = 0;
+    }
 }
 
 hcb_record *
-hcb__queue_pop(hcb__queue *q)
+hcb__queue_pop(hcb__queue *q, uint64_t done_records, size_t done_bytes)
 {
     hcb_record *chain;
-    uint64_t seen;
-    int spin;
+    int spin, linking = 0;
 
-    hcb__mutex_lock(&q->mu);
-    if (q->head == NULL && !q->closing) {
-        seen = q->pushed;
-        hcb__mutex_unlock(&q->mu);
-        for (spin = 0; spin < POP_SPINS &&
-                       atomic_load_explicit(&q->pushed_hint,
-                                            memory_order_relaxed) == seen;
-             spin++)
+    q->finished += done_records;
+    q->finished_bytes += done_bytes;
+    if (q->finished >= DONE_BATCH || atomic_load(&q->waiters) > 0)
+        count_done(q);
+    for (;;) {
+        if ((chain = take_all(q)) != NULL)
+            return chain;
+        if (!nothing_pushed(q)) {
+            /* a producer is between its count and its link: a few
+             * instructions, unless it was descheduled there */
+            if (++linking % 64 == 0)
+                sched_yield();
+            else
+                hcb__cpu_relax();
+            continue;
+        }
+        if (atomic_load(&q->closing)) {
+            count_done(q);
+            atomic_store(&q->consumer_active, false);
+            if (nothing_pushed(q))
+                return NULL; /* closing and drained */
+            atomic_store(&q->consumer_active, true);
+            continue;
+        }
+        for (spin = 0; spin < POP_SPINS && nothing_pushed(q); spin++) {
+            if (spin == DONE_SPINS ||
+                (q->finished > 0 && atomic_load(&q->waiters) > 0))
+                count_done(q);
             hcb__cpu_relax();
+        }
+        if (!nothing_pushed(q))
+            continue;
+        count_done(q);
         hcb__mutex_lock(&q->mu);
+        atomic_store(&q->consumer_sleeping, true);
+        while (nothing_pushed(q) && !atomic_load(&q->closing))
+            hcb__cond_wait(&q->nonempty, &q->mu);
+        atomic_store(&q->consumer_sleeping, false);
+        hcb__mutex_unlock(&q->mu);
     }
-    while (q->head == NULL && !q->closing)
-        hcb__cond_wait(&q->nonempty, &q->mu);
-    chain = q->head;
-    if (chain != NULL)
-        q->head = q->tail = NULL;
-    else
-        q->consumer_active = false; /* closing and drained */
-    hcb__mutex_unlock(&q->mu);
-    return chain;
 }
 
 void
 hcb__queue_done(hcb__queue *q, uint64_t records, size_t bytes)
 {
-    hcb__mutex_lock(&q->mu);
-    q->bytes -= bytes;
-    q->done += records;
-    atomic_store_explicit(&q->done_hint, q->done, memory_order_release);
-    q->bytes_out += bytes;
-    hcb__cond_broadcast(&q->progress);
-    hcb__mutex_unlock(&q->mu);
+    atomic_fetch_add_explicit(&q->bytes_out, bytes, memory_order_relaxed);
+    atomic_fetch_sub(&q->bytes, bytes);
+    atomic_fetch_add(&q->done, records);
+    wake_waiters(q);
 }
 
 bool
 hcb__queue_idle(hcb__queue *q)
 {
     /* pushed first: what this thread pushed is in it (program order); done
-     * after, with acquire, pairing with the release in hcb__queue_done. */
-    uint64_t pushed =
-        atomic_load_explicit(&q->pushed_hint, memory_order_relaxed);
+     * after, with acquire, pairing with the consumer's update. */
+    uint64_t pushed = atomic_load_explicit(&q->pushed, memory_order_relaxed);
 
-    return atomic_load_explicit(&q->done_hint, memory_order_acquire) >= pushed;
+    return atomic_load_explicit(&q->done, memory_order_acquire) >= pushed;
 }
 
 void
@@ -180,45 +341,47 @@ hcb__queue_wait_done(hcb__queue *q)
 uint64_t
 hcb__queue_mark(hcb__queue *q)
 {
-    uint64_t mark;
-
-    hcb__mutex_lock(&q->mu);
-    mark = q->pushed;
-    hcb__mutex_unlock(&q->mu);
-    return mark;
+    return atomic_load(&q->pushed);
 }
 
 bool
 hcb__queue_wait_mark(hcb__queue *q, uint64_t mark, uint64_t deadline_ns)
 {
     bool reached;
+    int spin;
 
+    if (atomic_load(&q->done) >= mark)
+        return true;
+    /* counted in `waiters` from here: the consumer counts what it has
+     * finished at once, and that is often all this waits for */
+    atomic_fetch_add(&q->waiters, 1);
+    for (spin = 0; spin < POP_SPINS && atomic_load(&q->done) < mark; spin++)
+        hcb__cpu_relax();
     hcb__mutex_lock(&q->mu);
-    while (q->done < mark) {
+    while (atomic_load(&q->done) < mark) {
         if (deadline_ns == 0)
             hcb__cond_wait(&q->progress, &q->mu);
         else if (!hcb__cond_wait_until(&q->progress, &q->mu, deadline_ns) &&
                  hcb__now_ns() >= deadline_ns)
             break;
     }
-    reached = q->done >= mark;
+    reached = atomic_load(&q->done) >= mark;
     hcb__mutex_unlock(&q->mu);
+    atomic_fetch_sub(&q->waiters, 1);
     return reached;
 }
 
 void
 hcb__queue_set_consumer_active(hcb__queue *q, bool active)
 {
-    hcb__mutex_lock(&q->mu);
-    q->consumer_active = active;
-    hcb__mutex_unlock(&q->mu);
+    atomic_store(&q->consumer_active, active);
 }
 
 void
 hcb__queue_close(hcb__queue *q)
 {
     hcb__mutex_lock(&q->mu);
-    q->closing = true;
+    atomic_store(&q->closing, true);
     hcb__cond_broadcast(&q->nonempty);
     hcb__mutex_unlock(&q->mu);
 }
@@ -226,18 +389,33 @@ hcb__queue_close(hcb__queue *q)
 void
 hcb__queue_reopen(hcb__queue *q)
 {
-    hcb__mutex_lock(&q->mu);
-    q->closing = false;
-    hcb__mutex_unlock(&q->mu);
+    atomic_store(&q->closing, false);
 }
 
 bool
 hcb__queue_stranded(hcb__queue *q)
 {
-    bool stranded;
+    return atomic_load(&q->pushed) > atomic_load(&q->done) &&
+           !atomic_load(&q->consumer_active);
+}
 
+void
+hcb__queue_add_stats(hcb__queue *q, hcb_stats *s)
+{
+    uint64_t done = atomic_load(&q->done), pushed = atomic_load(&q->pushed);
+    uint64_t out = atomic_load(&q->bytes_out);
+    size_t bytes = atomic_load(&q->bytes), high = atomic_load(&q->high_water);
+
+    s->records_in += pushed;
+    s->bytes_in += out + bytes;
+    s->records_out += done;
+    s->bytes_out += out;
+    s->queued_records += pushed > done ? pushed - done : 0;
+    s->queued_bytes += bytes;
+    if (high > s->high_water_bytes)
+        s->high_water_bytes = high;
     hcb__mutex_lock(&q->mu);
-    stranded = q->head != NULL && !q->consumer_active;
+    s->producer_waits += q->waits;
+    s->producer_wait_ns += q->wait_ns;
     hcb__mutex_unlock(&q->mu);
-    return stranded;
 }

@@ -1,5 +1,5 @@
 /*
- * queue.h - a FIFO of records bounded in bytes: one mutex, two condvars.
+ * queue.h - a FIFO of records bounded in bytes, pushed without a lock.
  * Used by runtime.c, one queue per device.  See the DESIGN comment in
  * queue.c.
  */
@@ -8,28 +8,46 @@
 
 #include "record.h"
 
+/* The fields are grouped by who writes them, each group on cache lines
+ * of its own (the pads), so that a producer and the consumer share a line
+ * only where they must. */
 typedef struct hcb__queue {
+    /* Written by producers, once per record. */
+    _Atomic(hcb_record *) tail; /* the last record linked (or &stub) */
+    _Atomic uint64_t pushed;    /* records ever pushed (each takes one) */
+    char pad0[64];
+
+    /* Written by both: producers add, the consumer subtracts per batch. */
+    atomic_size_t bytes; /* bytes pushed and not yet done */
+    char pad1[64];
+
+    /* Written by the consumer. */
+    hcb_record *head;           /* the next record to take (or &stub) */
+    uint64_t taken;             /* records ever taken */
+    uint64_t finished;          /* records finished, not yet counted done */
+    size_t finished_bytes;      /* their bytes */
+    _Atomic uint64_t done;      /* records ever done */
+    _Atomic uint64_t bytes_out; /* their bytes */
+    char pad2[64];
+
+    /* Read on every push, written rarely. */
+    atomic_bool consumer_sleeping; /* the consumer waits on `nonempty` */
+    atomic_bool consumer_active; /* a consumer is (or is about to be) popping */
+    atomic_bool closing;      /* the consumer exits once the queue is empty */
+    atomic_size_t max_bytes;  /* the bound; > 0 */
+    atomic_size_t high_water; /* the most `bytes` seen */
+    _Atomic uint64_t waiters; /* threads waiting on `progress` */
+    char pad3[64];
+
+    /* Sleeping and waiting. */
     hcb__mutex mu;
-    hcb__cond nonempty; /* signalled on push and on close */
-    hcb__cond progress; /* broadcast when a record is done or the bound grows */
+    hcb__cond nonempty;      /* the consumer waits for a record or `closing` */
+    hcb__cond progress;      /* producers wait for space, barriers for `done` */
+    uint64_t waits, wait_ns; /* under mu: producers that waited, how long */
 
-    /* Everything below is protected by `mu`. */
-    hcb_record *head, *tail; /* records pushed, not yet popped */
-    size_t max_bytes;        /* the bound; > 0 */
-    size_t bytes;            /* bytes pushed and not yet done */
-    uint64_t pushed;         /* records ever pushed */
-    uint64_t done;           /* records ever done */
-    uint64_t bytes_in, bytes_out, high_water;
-    uint64_t waits, wait_ns; /* producers that waited, and for how long */
-    bool closing;            /* the consumer exits once the queue is empty */
-    bool consumer_active;    /* a consumer is (or is about to be) popping */
-
-    /* `pushed`, readable without `mu`, for the consumer's short poll
-     * before it sleeps (see hcb__queue_pop). */
-    _Atomic uint64_t pushed_hint;
-    /* `done`, readable without `mu`: a call checks with it that its device
-     * has no earlier tap pending (hcb__queue_idle) without the lock. */
-    _Atomic uint64_t done_hint;
+    /* Never a record: it stands in the list when the queue is empty, so
+     * that a producer always has a `tail` to link after. */
+    hcb_record stub;
 } hcb__queue;
 
 int hcb__queue_init(hcb__queue *q, size_t max_bytes);
@@ -44,12 +62,14 @@ void hcb__queue_set_max_bytes(hcb__queue *q, size_t max_bytes);
  * queue's own consumer thread: it never waits (it would wait for itself). */
 bool hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer);
 
-/* Removes every queued record, waiting for one, and returns them oldest
- * first, linked by `next`.  Returns NULL, and marks the consumer inactive,
- * once the queue is closing and empty.  The caller owns the records and
- * must call hcb__queue_done for them (count and total size) when
- * finished. */
-hcb_record *hcb__queue_pop(hcb__queue *q);
+/* Marks `done_records` popped records of `done_bytes` in all finished, as
+ * hcb__queue_done does (0, 0: none), then removes every queued record,
+ * waiting for one, and returns them oldest first, linked by `next`.
+ * Returns NULL, and marks the consumer inactive, once the queue is closing
+ * and empty.  The caller owns the records and must mark them done, with
+ * its next pop or hcb__queue_done. */
+hcb_record *hcb__queue_pop(hcb__queue *q, uint64_t done_records,
+                           size_t done_bytes);
 
 /* Marks `records` popped records of `bytes` in all finished: frees their
  * bytes against the bound and wakes producers and barriers. */
@@ -73,5 +93,9 @@ void hcb__queue_close(hcb__queue *q);
 void hcb__queue_reopen(hcb__queue *q);
 /* True when records wait and no consumer is active (a failed restart). */
 bool hcb__queue_stranded(hcb__queue *q);
+
+/* Adds the queue's counters to `s` (records and bytes in and out, queued,
+ * high water, producer waits). */
+void hcb__queue_add_stats(hcb__queue *q, hcb_stats *s);
 
 #endif /* HCB_QUEUE_H */

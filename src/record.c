@@ -357,7 +357,7 @@ hcb_record_create(uint64_t callback_id, hcb_device device,
                              "cannot allocate a %zu-byte tap record", size);
 
     atomic_init(&rec->refs, 1);
-    rec->next = NULL;
+    atomic_init(&rec->next, NULL);
     rec->size = size;
     rec->callback_id = callback_id;
     rec->device = device;

@@ -23,11 +23,12 @@
 
 struct hcb_record {
     atomic_size_t refs;
-    struct hcb_record *next; /* queue link: owned by the queue holding it */
-    size_t size;             /* bytes the record needs (its queue charge) */
-    size_t capacity;         /* bytes of its allocation (>= size) */
-    int pool;                /* where its memory goes back to (record.c) */
-    struct arena *arena;     /* the arena it was carved from, if any */
+    /* queue link: owned by the queue holding it (atomic: see queue.c) */
+    _Atomic(struct hcb_record *) next;
+    size_t size;         /* bytes the record needs (its queue charge) */
+    size_t capacity;     /* bytes of its allocation (>= size) */
+    int pool;            /* where its memory goes back to (record.c) */
+    struct arena *arena; /* the arena it was carved from, if any */
     uint64_t callback_id;
     hcb_device device;
     size_t nargs;

@@ -64,12 +64,16 @@ typedef struct target {
 } target;
 
 typedef struct channel {
+    /* Read on every submit, written rarely. */
     hcb_runtime *rt;
     hcb_device device;
+    atomic_bool running; /* written under lifecycle */
+    /* Keeps them off the cache lines of the queue, which the producers and
+     * the consumer write for every record. */
+    char pad[64];
     hcb__queue queue;
     hcb__mutex lifecycle;
-    pthread_t thread;    /* valid while running */
-    atomic_bool running; /* written under lifecycle */
+    pthread_t thread; /* valid while running */
     atomic_uint_fast64_t errors;
 } channel;
 
@@ -380,21 +384,22 @@ consumer_main(void *arg)
 {
     channel *ch = arg;
     hcb_record *rec, *next;
+    uint64_t records = 0;
+    size_t bytes = 0;
 
     current_consumer = ch;
-    while ((rec = hcb__queue_pop(&ch->queue)) != NULL) {
-        uint64_t records = 0;
-        size_t bytes = 0;
-
+    /* each pop marks the batch before it done */
+    while ((rec = hcb__queue_pop(&ch->queue, records, bytes)) != NULL) {
+        records = 0;
+        bytes = 0;
         for (; rec != NULL; rec = next) {
-            next = rec->next;
-            rec->next = NULL;
+            next = atomic_load_explicit(&rec->next, memory_order_relaxed);
+            atomic_store_explicit(&rec->next, NULL, memory_order_relaxed);
             records++;
             bytes += rec->size;
             deliver(ch, rec);
             hcb_record_release(rec);
         }
-        hcb__queue_done(&ch->queue, records, bytes);
     }
     current_consumer = NULL;
     return NULL;
@@ -689,20 +694,7 @@ hcb_runtime_set_max_queue_bytes(hcb_runtime *rt, size_t bytes, hcb_error *err)
 static void
 add_stats(channel *ch, hcb_stats *s)
 {
-    hcb__queue *q = &ch->queue;
-
-    hcb__mutex_lock(&q->mu);
-    s->records_in += q->pushed;
-    s->bytes_in += q->bytes_in;
-    s->records_out += q->done;
-    s->bytes_out += q->bytes_out;
-    s->queued_records += q->pushed - q->done;
-    s->queued_bytes += q->bytes;
-    if (q->high_water > s->high_water_bytes)
-        s->high_water_bytes = q->high_water;
-    s->producer_waits += q->waits;
-    s->producer_wait_ns += q->wait_ns;
-    hcb__mutex_unlock(&q->mu);
+    hcb__queue_add_stats(&ch->queue, s);
     s->errors += atomic_load_explicit(&ch->errors, memory_order_relaxed);
     s->devices++;
 }

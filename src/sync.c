@@ -20,7 +20,15 @@ die(const char *what, int rc)
 int
 hcb__mutex_init(hcb__mutex *mu)
 {
-    return pthread_mutex_init(&mu->m, NULL) == 0 ? HCB_OK : HCB_ESYSTEM;
+    pthread_mutexattr_t attr;
+    int rc;
+
+    if (pthread_mutexattr_init(&attr) != 0)
+        return HCB_ESYSTEM;
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+    rc = pthread_mutex_init(&mu->m, &attr);
+    pthread_mutexattr_destroy(&attr);
+    return rc == 0 ? HCB_OK : HCB_ESYSTEM;
 }
 
 void

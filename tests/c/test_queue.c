@@ -17,11 +17,11 @@ consume(void *arg)
     consumer_ctx *c = arg;
     hcb_record *rec, *next;
 
-    while ((rec = hcb__queue_pop(c->q)) != NULL) {
+    while ((rec = hcb__queue_pop(c->q, 0, 0)) != NULL) {
         for (; rec != NULL; rec = next) {
             size_t size = rec->size;
 
-            next = rec->next;
+            next = atomic_load_explicit(&rec->next, memory_order_relaxed);
             memcpy(&c->seen[c->n++], rec->args[0].data, sizeof(int32_t));
             if (c->delay_us > 0)
                 tu_sleep_us(c->delay_us);
@@ -173,6 +173,116 @@ test_close_reports_inactive_consumer(void **state)
     free(c);
 }
 
+/* Producers pushing concurrently (the lock-free push) under a bound small
+ * enough that they wait: each producer's records arrive whole and in its
+ * order, and a barrier after a push returns only once that record is done. */
+#define PRODUCERS    4
+#define PER_PRODUCER 5000
+
+typedef struct stress {
+    hcb__queue *q;
+    _Atomic int32_t last[PRODUCERS]; /* last value consumed per producer */
+    bool in_order;
+    int producer;
+    bool barrier_ok[PRODUCERS];
+} stress;
+
+static void *
+stress_consume(void *arg)
+{
+    stress *s = arg;
+    hcb_record *rec, *next;
+    uint64_t records = 0;
+    size_t bytes = 0;
+
+    while ((rec = hcb__queue_pop(s->q, records, bytes)) != NULL) {
+        records = 0;
+        bytes = 0;
+        for (; rec != NULL; rec = next) {
+            int32_t v;
+
+            next = atomic_load_explicit(&rec->next, memory_order_relaxed);
+            memcpy(&v, rec->args[0].data, sizeof v);
+            if (v % PER_PRODUCER != atomic_load(&s->last[v / PER_PRODUCER]) + 1)
+                s->in_order = false;
+            atomic_store(&s->last[v / PER_PRODUCER], v % PER_PRODUCER);
+            records++;
+            bytes += rec->size;
+            hcb_record_release(rec);
+        }
+    }
+    return NULL;
+}
+
+typedef struct producer_arg {
+    stress *s;
+    int id;
+} producer_arg;
+
+static void *
+stress_produce(void *arg)
+{
+    producer_arg *p = arg;
+    int32_t i;
+
+    p->s->barrier_ok[p->id] = true;
+    for (i = 0; i < PER_PRODUCER; i++) {
+        hcb__queue_push(p->s->q,
+                        tu_record(1, 0, p->id * PER_PRODUCER + i, 1 + i % 40),
+                        false);
+        if (i % 500 == 499) {
+            hcb__queue_wait_done(p->s->q);
+            if (atomic_load(&p->s->last[p->id]) < i)
+                p->s->barrier_ok[p->id] = false;
+        }
+    }
+    return NULL;
+}
+
+static void
+test_concurrent_producers(void **state)
+{
+    hcb__queue q;
+    stress *s = calloc(1, sizeof *s);
+    hcb_record *probe = tu_record(1, 0, 0, 40);
+    size_t bound = 8 * probe->size; /* 8 of the largest records */
+    producer_arg args[PRODUCERS];
+    pthread_t consumer, producers[PRODUCERS];
+    int i;
+
+    (void)state;
+    hcb_record_release(probe);
+    assert_int_equal(hcb__queue_init(&q, bound), HCB_OK);
+    s->q = &q;
+    s->in_order = true;
+    for (i = 0; i < PRODUCERS; i++)
+        atomic_init(&s->last[i], -1);
+    hcb__queue_set_consumer_active(&q, true);
+    assert_int_equal(pthread_create(&consumer, NULL, stress_consume, s), 0);
+    for (i = 0; i < PRODUCERS; i++) {
+        args[i] = (producer_arg){s, i};
+        assert_int_equal(
+            pthread_create(&producers[i], NULL, stress_produce, &args[i]), 0);
+    }
+    for (i = 0; i < PRODUCERS; i++)
+        pthread_join(producers[i], NULL);
+    hcb__queue_wait_done(&q);
+    for (i = 0; i < PRODUCERS; i++) {
+        assert_int_equal(atomic_load(&s->last[i]), PER_PRODUCER - 1);
+        assert_true(s->barrier_ok[i]);
+    }
+    assert_true(s->in_order);
+    assert_int_equal(q.pushed, PRODUCERS * PER_PRODUCER);
+    assert_int_equal(q.done, PRODUCERS * PER_PRODUCER);
+    assert_int_equal(q.bytes, 0);
+    assert_true(q.high_water <= bound);
+    assert_true(q.waits > 0); /* producers did wait for space */
+    hcb__queue_close(&q);
+    pthread_join(consumer, NULL);
+    hcb__queue_destroy(&q);
+    free(s);
+}
+
 int
 main(void)
 {
@@ -182,6 +292,7 @@ main(void)
         cmocka_unit_test(test_oversized_record_passes_alone),
         cmocka_unit_test(test_wait_done_waits_for_consumption),
         cmocka_unit_test(test_close_reports_inactive_consumer),
+        cmocka_unit_test(test_concurrent_producers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
