@@ -25,7 +25,11 @@ hcb__mutex_init(hcb__mutex *mu)
 
     if (pthread_mutexattr_init(&attr) != 0)
         return HCB_ESYSTEM;
+#ifdef __GLIBC__
+    /* spins a little before it sleeps: our critical sections are short,
+     * and a futex sleep and wake-up costs more than they do */
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
     rc = pthread_mutex_init(&mu->m, &attr);
     pthread_mutexattr_destroy(&attr);
     return rc == 0 ? HCB_OK : HCB_ESYSTEM;
