@@ -853,16 +853,20 @@ def gap_notes(m: Measurements, goals: list[Target]) -> list[str]:
         f"tap {us(c('native_tap'))}, floor {us(c('ffi_empty'))} per step): "
         "the tap function does not matter, the handler's own path does. "
         f"Reading an attribute and the device ordinal costs {part(queries)} "
-        "(the table under item 1; the tap reads two attributes). The rest "
-        "is the record and the queue. Records now come from a cache of "
-        "freed ones (src/record.c), so `malloc`'s slow path (the largest "
-        "item in earlier profiles, records being freed on the consumer "
-        "thread) is gone; what stays is the queue mutex shared with the "
-        "consumer (lock, unlock, futex wake-ups), the copy, and the "
-        "attribute lookups. The ordinal is not asked of XLA when the "
-        "process has one CPU device. Directions: a lock-free push, "
-        "attributes read once per executable (an instantiate-stage state) "
-        "instead of per call.")
+        "(the table under item 1; the tap reads two attributes). Records "
+        "are carved in sequence out of a per-thread arena (src/record.c) "
+        "and pushed without a lock (src/queue.c). What a profile of the "
+        "native tap loop still shows on the device thread is the cache "
+        "lines it shares with the consumer on the other core: the queue's "
+        "count and tail, which the consumer reads for every record while "
+        "it keeps up, and the previous record's link. That is also why a "
+        "Python tap can cost the device thread less than a native one: "
+        "its consumer is slower, takes records in batches and touches "
+        "those lines less often. Directions: attributes read once per "
+        "executable (an instantiate-stage state) instead of per call; a "
+        "consumer that lets records gather while it keeps up (tried with "
+        "the earlier mutex queue: a 0.5-10 us pause, no gain measurable "
+        "above this machine's noise).")
   if "native_call" in missed:
     notes.append(
         f"- **Native call** ({us(c('native_call'))} per step, floor "
@@ -881,18 +885,14 @@ def gap_notes(m: Measurements, goals: list[Target]) -> list[str]:
   big = m.payload_at(64 * MiB)
   if "big_taps" in missed and big is not None:
     notes.append(
-        f"- **64 MiB taps** ({num(big.tap_e2e.median)} GB/s): every record "
-        "is a fresh `malloc` of the payload size; that large, glibc maps "
-        "new memory for each one, so the copy page-faults on every page "
-        "(the kernel zeroes it: `clear_page_erms`) and `free` unmaps it. "
-        "malloc + memcpy + free runs at "
+        f"- **64 MiB taps** ({num(big.tap_e2e.median)} GB/s): large "
+        "records reuse up to four cached blocks (src/record.c), so the "
+        "copy goes to memory that is already mapped; a fresh block would "
+        "page-fault on every page (malloc + memcpy + free: "
         f"{num(big.fresh_memcpy.median)} GB/s here against "
-        f"{num(big.memcpy.median)} GB/s for memcpy into a warm buffer. "
-        "With malloc keeping its memory (GLIBC_TUNABLES="
-        "glibc.malloc.mmap_threshold=1073741824:"
-        "glibc.malloc.trim_threshold=4294967296) the same taps reached "
-        "~9 GB/s, memcpy's speed. Direction: reuse large record buffers "
-        "(a per-channel cache bounded by the queue size).")
+        f"{num(big.memcpy.median)} GB/s for memcpy into a warm buffer). A "
+        "miss means the copy itself and the consumer's pass over the data "
+        "compete for memory bandwidth on 2 cores.")
   if "dispatch" in missed:
     d = {name: r.dispatch.median for name, r in m.dispatch.items()}
     notes.append(
