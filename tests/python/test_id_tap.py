@@ -203,6 +203,26 @@ def test_scan_taps_each_step_in_order(collect):
   np.testing.assert_allclose(ys, [0.0, 1.0, 3.0, 6.0, 10.0])
 
 
+def test_kept_arrays_stay_intact_across_many_taps(collect):
+  # Small records are copied out for Python and large ones are viewed in
+  # place: either way an array a tap function keeps must not change while
+  # thousands of records after it come and go (their memory is reused).
+  def step(c, _):
+    small = hcb.id_tap(collect, c)
+    big = hcb.id_tap(collect, jnp.full((2048,), c))  # 8 KiB: not copied
+    return small + big[0] * 0 + 1, None
+  jax.jit(lambda c: lax.scan(step, c, None, length=3000))(jnp.float32(0))
+  hcb.barrier_wait()
+  assert len(collect.args) == 6000
+  # the two taps of a step do not depend on each other: either may go first
+  small = [a for a in collect.args if a.shape == ()]
+  big = [a for a in collect.args if a.shape == (2048,)]
+  np.testing.assert_array_equal([float(a) for a in small], np.arange(3000))
+  for i in (0, 1, 1500, 2999):
+    np.testing.assert_array_equal(big[i], np.full((2048,), i, np.float32))
+  assert all(a.flags.writeable for a in small[:5] + big[:5])
+
+
 def test_fori_loop(collect):
   f = jax.jit(lambda n: lax.fori_loop(
       0, n, lambda i, c: hcb.id_tap(collect, (i, c))[1] + i, 0))
