@@ -36,13 +36,15 @@
  * Sleeping.  An idle consumer polls `pushed` for a few microseconds
  * (POP_SPINS): taps streaming out of a loop arrive closer together than
  * that, and a futex sleep and wake-up per record would cost more than the
- * tap itself.  Then it sets `consumer_sleeping`, checks `pushed` once more
- * and waits on `nonempty` under `mu`; a producer, after its count, reads
- * `consumer_sleeping` and only then signals (under `mu`).  Both sides are
- * sequentially consistent, so at least one sees the other: a record is
- * never left with the consumer asleep.  Barrier callers and producers
- * waiting for space count themselves in `waiters` the same way, and the
- * consumer broadcasts `progress` only when someone waits.
+ * tap itself.  It yields the processor now and then while it polls: where
+ * cores are few, the thread it would keep waiting is often the one about
+ * to push (JAX dispatching the next call).  Then it sets `consumer_sleeping`,
+ * checks `pushed` once more and waits on `nonempty` under `mu`; a producer,
+ * after its count, reads `consumer_sleeping` and only then signals (under
+ * `mu`).  Both sides are sequentially consistent, so at least one sees the
+ * other: a record is never left with the consumer asleep.  Barrier callers and
+ * producers waiting for space count themselves in `waiters` the same way, and
+ * the consumer broadcasts `progress` only when someone waits.
  *
  * Bound.  `bytes` counts records from push until done, so the memory held
  * by queued and in-flight records stays under the bound, plus at most one
@@ -69,12 +71,15 @@
 
 #include "queue.h"
 
-/* How long an idle consumer polls before it sleeps: about 5-20 us. */
+/* How long an idle consumer polls before it sleeps, in pauses: 5 us to
+ * 100 us, as a pause takes 1 to 26 ns depending on the processor. */
 #define POP_SPINS 4000
 /* Polls after which an idle consumer counts its finished records done
  * (about 1 us), and the most it keeps finished and uncounted. */
 #define DONE_SPINS 64
 #define DONE_BATCH 256
+/* Polls between two yields of the processor while polling. */
+#define YIELD_SPINS 256
 
 int
 hcb__queue_init(hcb__queue *q, size_t max_bytes)
@@ -299,7 +304,10 @@ hcb__queue_pop(hcb__queue *q, uint64_t done_records, size_t done_bytes)
             if (spin == DONE_SPINS ||
                 (q->finished > 0 && atomic_load(&q->waiters) > 0))
                 count_done(q);
-            hcb__cpu_relax();
+            if (spin % YIELD_SPINS == YIELD_SPINS - 1)
+                sched_yield(); /* see Sleeping */
+            else
+                hcb__cpu_relax();
         }
         if (!nothing_pushed(q))
             continue;
