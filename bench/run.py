@@ -911,11 +911,15 @@ def gap_notes(m: Measurements, goals: list[Target]) -> list[str]:
         "record while the dispatching thread holds it between calls, so "
         "the GIL goes over and back on every call. The rest is the tap's "
         "per-record work, which the native row shows: on the dispatching "
-        "thread the record and the queue push; on the other "
-        "core the consumer polling for the next record (perf: about 2/3 of "
-        "that core during this loop). On 2 cores, run-to-run noise of the "
-        "no-callback row is of the same size as the gap; compare within a "
-        "run.")
+        "thread the record and the queue push; on the other core the "
+        "consumer polling for the next record, which yields the processor "
+        "every 256 polls so that JAX's threads get it. Tried and measured "
+        "worse: a shorter poll (every record then costs a futex wake-up), "
+        "and a consumer that dozes for 1 ms without being woken by pushes "
+        "(records then reach the Python tap function in bursts, each "
+        "taking the GIL from the dispatching thread). On 2 cores, "
+        "run-to-run noise of the no-callback row is of the same size as "
+        "the gap; compare within a run.")
   return notes
 
 
