@@ -62,12 +62,14 @@ void hcb__queue_set_max_bytes(hcb__queue *q, size_t max_bytes);
  * queue's own consumer thread: it never waits (it would wait for itself). */
 bool hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer);
 
-/* Marks `done_records` popped records of `done_bytes` in all finished, as
- * hcb__queue_done does (0, 0: none), then removes every queued record,
- * waiting for one, and returns them oldest first, linked by `next`.
- * Returns NULL, and marks the consumer inactive, once the queue is closing
- * and empty.  The caller owns the records and must mark them done, with
- * its next pop or hcb__queue_done. */
+/* Takes note that `done_records` popped records of `done_bytes` in all
+ * are finished (0, 0: none); they are counted done in batches, at once if
+ * someone waits (see "Done" in queue.c).  Then removes every queued
+ * record, waiting for one, and returns them oldest first, linked by
+ * `next`.  Returns NULL, with everything finished counted done and the
+ * consumer marked inactive, once the queue is closing and empty.  The
+ * caller owns the records and must report them finished, with its next
+ * pop or hcb__queue_done. */
 hcb_record *hcb__queue_pop(hcb__queue *q, uint64_t done_records,
                            size_t done_bytes);
 
