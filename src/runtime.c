@@ -388,7 +388,7 @@ consumer_main(void *arg)
     size_t bytes = 0;
 
     current_consumer = ch;
-    /* each pop marks the batch before it done */
+    /* each pop reports the batch before it finished (queue.c counts it done) */
     while ((rec = hcb__queue_pop(&ch->queue, records, bytes)) != NULL) {
         records = 0;
         bytes = 0;
