@@ -16,8 +16,10 @@
  * `hcb_error *err` that may be NULL, as everywhere in libhcb.
  *
  * The handlers report FFI API version 0.3 (HCB_FFI_API_MAJOR/MINOR), the
- * newest version every supported jaxlib accepts, whatever header they were
- * compiled against.
+ * newest version every supported jaxlib accepts (JAX 0.10 ships FFI API 0.3,
+ * 0.11 ships 0.4, 0.12 ships 0.5), whatever header they were compiled
+ * against, and they use only the 0.3 layout of every structure: a handler
+ * built against any of these headers registers and runs under all of them.
  *
  * Compiles as C11 and as C++.
  */
@@ -40,6 +42,26 @@ extern "C" {
 
 #define HCB_FFI_API_MAJOR 0
 #define HCB_FFI_API_MINOR 3
+
+/* FFI API 0.4 renamed two things a handler touches, keeping their layout:
+ * the extension at the head of every structure (XLA_FFI_Extension_Base ->
+ * XLA_FFI_InternalExtension) and the function that reads an error's message
+ * (XLA_FFI_Error_GetMessage -> XLA_FFI_Error_GetDetails, same slot in
+ * XLA_FFI_Api, its arguments grew an `errc` after `message`).  These names
+ * work with every header. */
+#if XLA_FFI_API_MAJOR == 0 && XLA_FFI_API_MINOR < 4
+typedef XLA_FFI_Extension_Base hcb_ffi_extension;
+typedef XLA_FFI_Error_GetMessage_Args hcb_ffi_error_message_args;
+#define HCB_FFI_API_ERROR_MESSAGE XLA_FFI_Error_GetMessage
+#else
+typedef XLA_FFI_InternalExtension hcb_ffi_extension;
+typedef XLA_FFI_Error_GetDetails_Args hcb_ffi_error_message_args;
+#define HCB_FFI_API_ERROR_MESSAGE XLA_FFI_Error_GetDetails
+#endif
+/* The 0.3 size of those arguments (up to `message`), which every runtime
+ * accepts. */
+#define HCB_FFI_ERROR_MESSAGE_ARGS_SIZE                                        \
+    (offsetof(hcb_ffi_error_message_args, message) + sizeof(const char *))
 
 /* The FFI error code for an HCB_E* code (one-to-one). */
 static inline XLA_FFI_Error_Code
@@ -116,7 +138,7 @@ hcb_ffi_error_from(const XLA_FFI_CallFrame *frame, const hcb_error *err)
 static inline bool
 hcb_ffi_answer_probe(XLA_FFI_CallFrame *frame, XLA_FFI_Handler_Traits traits)
 {
-    XLA_FFI_Extension_Base *ext = frame->extension_start;
+    hcb_ffi_extension *ext = frame->extension_start;
     XLA_FFI_Metadata *md;
 
     if (ext == NULL || ext->type != XLA_FFI_Extension_Metadata)
@@ -154,13 +176,13 @@ static inline int
 hcb_ffi_take_error(const XLA_FFI_Api *api, XLA_FFI_Error *e, int code,
                    const char *what, hcb_error *err)
 {
-    XLA_FFI_Error_GetMessage_Args msg;
+    hcb_ffi_error_message_args msg;
     XLA_FFI_Error_Destroy_Args d;
 
     memset(&msg, 0, sizeof msg);
-    msg.struct_size = XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE;
+    msg.struct_size = HCB_FFI_ERROR_MESSAGE_ARGS_SIZE;
     msg.error = e;
-    api->XLA_FFI_Error_GetMessage(&msg);
+    api->HCB_FFI_API_ERROR_MESSAGE(&msg);
     hcb_error_set(err, code, "%s: %s", what,
                   msg.message != NULL ? msg.message : "(no message)");
     memset(&d, 0, sizeof d);

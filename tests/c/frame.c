@@ -30,7 +30,7 @@ fake_device_ordinal(XLA_FFI_DeviceOrdinal_Get_Args *args)
 }
 
 static void
-fake_error_get_message(XLA_FFI_Error_GetMessage_Args *args)
+fake_error_get_message(hcb_ffi_error_message_args *args)
 {
     args->message = ((test_error *)args->error)->message;
 }
@@ -60,7 +60,7 @@ tf_init(test_frame *tf)
     fake_api.XLA_FFI_Error_Create = fake_error_create;
     fake_api.XLA_FFI_Error_Destroy = fake_error_destroy;
     fake_api.XLA_FFI_DeviceOrdinal_Get = fake_device_ordinal;
-    fake_api.XLA_FFI_Error_GetMessage = fake_error_get_message;
+    fake_api.HCB_FFI_API_ERROR_MESSAGE = fake_error_get_message;
     fake_api.XLA_FFI_Stream_Get = fake_stream_get;
     tf->frame.struct_size = sizeof tf->frame;
     tf->frame.api = &fake_api;
