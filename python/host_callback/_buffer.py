@@ -16,8 +16,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import numpy as np
-from jax._src import core as jax_core
-from jax._src import dispatch
+from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import ad
 from jax.interpreters import batching
@@ -26,6 +25,7 @@ from jax.interpreters import mlir
 from host_callback import _batching
 from host_callback import _containers
 from host_callback import _hcb
+from host_callback import _jax
 from host_callback import _lowering
 from host_callback import _native
 from host_callback import _runtime
@@ -85,12 +85,13 @@ buffer_callback_p.multiple_results = True
 
 
 def _impl(*args: Any, **params: Any) -> Any:
-  return dispatch.apply_primitive(buffer_callback_p, *args, **params)
+  return _jax.apply_primitive(buffer_callback_p, *args, **params)
 
 
 def _abstract_eval(*avals: Any, result_avals: tuple[Any, ...],
                    **params: Any) -> tuple[Any, ...]:
   del avals, params
+  _containers.keep_containers()
   return result_avals
 
 
@@ -206,7 +207,7 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
     raise TypeError(f"callback must be callable, got {callback!r}")
   _batching.check_vmap_method(vmap_method)
   flat_shapes, out_treedef = jax.tree_util.tree_flatten(result_shape_dtypes)
-  result_avals = tuple(jax_core.ShapedArray(x.shape, x.dtype)
+  result_avals = tuple(ShapedArray(x.shape, x.dtype)
                        for x in flat_shapes)
   flavor = (CallbackFlavor.IO_CALLBACK if has_side_effect
             else CallbackFlavor.PURE)
@@ -215,7 +216,7 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
 
   def wrapped(*args: Any, **kwargs: Any) -> Any:
     flat_args, in_treedef = jax.tree_util.tree_flatten((args, kwargs))
-    in_avals = [jax_core.typeof(x) for x in flat_args]
+    in_avals = [jax.typeof(x) for x in flat_args]
     aliases = _static_aliases(input_output_aliases, args, in_avals,
                               result_avals)
     site = (func if isinstance(func, NativeCallback)

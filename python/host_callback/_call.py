@@ -15,8 +15,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
-from jax._src import core as jax_core
-from jax._src import dispatch
+from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import ad
 from jax.interpreters import batching
@@ -25,6 +24,7 @@ from jax.interpreters import mlir
 from host_callback import _batching
 from host_callback import _config
 from host_callback import _containers
+from host_callback import _jax
 from host_callback import _leaves
 from host_callback import _lowering
 from host_callback import _native
@@ -43,14 +43,15 @@ def _name(site: CallSite) -> str:
 
 
 def _call_impl(*args: Any, **params: Any) -> Any:
-  return dispatch.apply_primitive(call_p, *args, **params)
+  return _jax.apply_primitive(call_p, *args, **params)
 
 
 def _call_abstract_eval(*avals: Any, site: CallSite, device_index: int,
                         flavor: CallbackFlavor, vmap_method: str | None
-                        ) -> list[jax_core.ShapedArray]:
+                        ) -> list[ShapedArray]:
   del avals, device_index, flavor, vmap_method
-  return [jax_core.ShapedArray(shape, dtype)
+  _containers.keep_containers()
+  return [ShapedArray(shape, dtype)
           for shape, dtype in site.result_avals]
 
 
@@ -118,7 +119,7 @@ def _leaf_aval(leaf: Any) -> tuple[tuple[int, ...], np.dtype]:
   else:
     raise TypeError(f"{type(leaf).__name__} is not a numeric scalar")
   dtype = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
-  jax_core.ShapedArray(shape, dtype)  # rejects what JAX cannot compute on
+  ShapedArray(shape, dtype)  # rejects what JAX cannot compute on
   return shape, dtype
 
 

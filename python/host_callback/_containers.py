@@ -13,6 +13,13 @@ derivatives, shard_map) are wrapped to keep a container whose body holds
 such a callback.  The compiled custom calls carry ``has_side_effect``, so
 XLA keeps them too.
 
+JAX looks DCE rules up in one process-wide table and has no hook scoped to
+a program, so the wrappers are process-wide; they are installed only once a
+program holding one of our primitives is traced (not at import), and for
+any equation without our callbacks inside they call JAX's rule unchanged.
+What they cost a program without callbacks is measured in
+bench/internals.py.
+
 2. ``vmap`` of ``cond`` with a batched predicate becomes a ``select`` of
 both branches: every branch would run, and its callbacks with it.  That is
 refused with an error naming the combination (JAX refuses it for its own
@@ -23,17 +30,19 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from jax._src import core as jax_core
-from jax._src.interpreters import batching
-from jax._src.interpreters import partial_eval as pe
+from jax.extend.core import Jaxpr
+from jax.extend.core import JaxprEqn
 from jax.extend.core import Primitive
+from jax.extend.core import jaxprs_in_params
+from jax.extend.core import primitives as jax_primitives
 
+from host_callback import _jax
 from host_callback._types import CallbackFlavor
 
 _kept: set[Primitive] = set()
 
 
-def _keeps(eqn: jax_core.JaxprEqn) -> bool:
+def _keeps(eqn: JaxprEqn) -> bool:
   return (eqn.primitive in _kept and
           eqn.params["flavor"] is not CallbackFlavor.PURE)
 
@@ -41,7 +50,7 @@ def _keeps(eqn: jax_core.JaxprEqn) -> bool:
 _holds_cache: dict[int, tuple[Any, bool]] = {}
 
 
-def _jaxpr_holds_callback(jaxpr: jax_core.Jaxpr) -> bool:
+def _jaxpr_holds_callback(jaxpr: Jaxpr) -> bool:
   cached = _holds_cache.get(id(jaxpr))
   if cached is not None and cached[0] is jaxpr:
     return cached[1]
@@ -52,49 +61,52 @@ def _jaxpr_holds_callback(jaxpr: jax_core.Jaxpr) -> bool:
   return found
 
 
-def _eqn_holds_callback(eqn: jax_core.JaxprEqn) -> bool:
-  for sub in jax_core.jaxprs_in_params(eqn.params):
+def _eqn_holds_callback(eqn: JaxprEqn) -> bool:
+  for sub in jaxprs_in_params(eqn.params):
     if _jaxpr_holds_callback(sub):
       return True
   return False
 
 
-def _callback_dce_rule(used_outputs: list[bool], eqn: jax_core.JaxprEqn
-                       ) -> tuple[list[bool], jax_core.JaxprEqn | None]:
+# A DCE rule is called as rule(used_outputs, eqn) up to JAX 0.11 and
+# rule(used_outputs, live_ins, eqn) from 0.12: the equation is the last
+# argument (_jax.dce_rules).
+
+def _callback_dce_rule(used_outputs: list[bool], *rest: Any
+                       ) -> tuple[list[bool], JaxprEqn | None]:
+  eqn = rest[-1]
   if _keeps(eqn) or any(used_outputs):
     return [True] * len(eqn.invars), eqn
   return [False] * len(eqn.invars), None
 
 
 def _keeping_callbacks(rule: Callable[..., Any]) -> Callable[..., Any]:
-  def rule_keeping_callbacks(used_outputs: list[bool],
-                             eqn: jax_core.JaxprEqn):
+  def rule_keeping_callbacks(used_outputs: list[bool], *rest: Any) -> Any:
+    eqn = rest[-1]
     if not any(used_outputs) and _eqn_holds_callback(eqn):
       # Nothing downstream needs the container, but its callbacks must run:
       # keep it whole (XLA still removes dead code that is no callback).
       return [True] * len(eqn.invars), eqn
-    return rule(used_outputs, eqn)
+    return rule(used_outputs, *rest)
 
   rule_keeping_callbacks.__wrapped__ = rule  # type: ignore[attr-defined]
   return rule_keeping_callbacks
 
 
 def _wrap_container_rules() -> None:
-  from jax._src.lax.control_flow import loops
-
-  if loops.while_p not in pe.dce_rules:
-    pe.dce_rules[loops.while_p] = pe._default_dce_rule
-  for prim, rule in list(pe.dce_rules.items()):
+  rules = _jax.dce_rules
+  if jax_primitives.while_p not in rules:
+    rules[jax_primitives.while_p] = _jax.default_dce_rule
+  for prim, rule in list(rules.items()):
     if prim not in _kept and not hasattr(rule, "__wrapped__"):
-      pe.dce_rules[prim] = _keeping_callbacks(rule)
+      rules[prim] = _keeping_callbacks(rule)
 
 
 def keep_when_unused(prim: Primitive) -> None:
   """Keeps equations of ``prim`` (which must have a ``flavor`` parameter)
-  and the containers that hold them, unless the flavor is ``PURE``."""
+  unless the flavor is ``PURE``; see :func:`keep_containers`."""
   _kept.add(prim)
-  pe.dce_rules[prim] = _callback_dce_rule
-  _wrap_container_rules()
+  _jax.dce_rules[prim] = _callback_dce_rule
 
 
 def _refusing_batched_cond(rule: Callable[..., Any]) -> Callable[..., Any]:
@@ -115,12 +127,25 @@ def _refusing_batched_cond(rule: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _wrap_cond_batching() -> None:
-  from jax._src.lax.control_flow import conditionals
-
-  rule = batching.fancy_primitive_batchers[conditionals.cond_p]
+  batchers = _jax.fancy_primitive_batchers
+  rule = batchers[jax_primitives.cond_p]
   if not hasattr(rule, "__wrapped__"):
-    batching.fancy_primitive_batchers[conditionals.cond_p] = (
-        _refusing_batched_cond(rule))
+    batchers[jax_primitives.cond_p] = _refusing_batched_cond(rule)
 
 
-_wrap_cond_batching()
+_wrapped_count = -1  # how many DCE rules JAX had when they were last wrapped
+
+
+def keep_containers() -> None:
+  """Makes JAX keep containers (scan, while, cond, jit, ...) whose body
+  holds one of our callbacks, and refuse vmap of a cond whose branches hold
+  one.  Our primitives' abstract evaluation calls it, so it happens when the
+  first program with a callback is traced; after that it is one comparison.
+  Rules that JAX registers later (a module imported afterwards) are wrapped
+  at the next call."""
+  global _wrapped_count
+  if len(_jax.dce_rules) == _wrapped_count:
+    return
+  _wrap_container_rules()
+  _wrap_cond_batching()
+  _wrapped_count = len(_jax.dce_rules)

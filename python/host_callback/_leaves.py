@@ -10,12 +10,11 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import jax
-from jax._src import core as jax_core
 
 
 def as_array(x: Any) -> Any:
   """``x`` as a JAX array or tracer."""
-  if isinstance(x, (jax.Array, jax_core.Tracer)):
+  if isinstance(x, (jax.Array, jax.core.Tracer)):
     return x
   return jax.numpy.asarray(x)
 
@@ -46,4 +45,4 @@ def rewrap_keys(originals: Sequence[Any], outs: Sequence[Any]) -> list[Any]:
 
 def any_tracer(leaves: Sequence[Any]) -> bool:
   """Whether we are staging (some leaf is a tracer)."""
-  return any(isinstance(x, jax_core.Tracer) for x in leaves)
+  return any(isinstance(x, jax.core.Tracer) for x in leaves)

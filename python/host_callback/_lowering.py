@@ -20,35 +20,32 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import jax
 import numpy as np
-from jax._src import callback as jax_callback
-from jax._src import config as jax_config
-from jax._src import core as jax_core
-from jax._src import ffi as jax_ffi
-from jax._src import sharding_impls
-from jax._src.interpreters import mlir
-from jax._src.lib import xla_client as xc
+from jax.core import ShapedArray
+from jax.interpreters import mlir
 
 from host_callback import _hcb
+from host_callback import _jax
 
 
 def _sharded_devices(ctx: mlir.LoweringRuleContext) -> int:
   """How many devices an automatically partitioned program runs on (1 when
   it is not one)."""
   axis_context = ctx.module_context.axis_context
-  if isinstance(axis_context, sharding_impls.ShardingContext):
+  if isinstance(axis_context, _jax.ShardingContext):
     return axis_context.num_devices
   return 1
 
 
 def _maximal(ctx: mlir.LoweringRuleContext, device_index: int) -> Any:
   """The sharding that runs an op only on the ``device_index``-th device."""
-  if jax_config.use_shardy_partitioner.value:
-    return sharding_impls.SdyArrayList((sharding_impls.SdyArray(
+  if _jax.use_shardy_partitioner():
+    return _jax.SdyArrayList((_jax.SdyArray(
         mesh_shape=(), dim_shardings=(),
         logical_device_ids=(device_index,)),) * max(1, len(ctx.avals_out)))
-  sharding = xc.OpSharding()
-  sharding.type = xc.OpSharding.Type.MAXIMAL
+  sharding = _jax.OpSharding()
+  sharding.type = _jax.OpSharding.Type.MAXIMAL
   sharding.tile_assignment_dimensions = [1]
   sharding.tile_assignment_devices = [device_index]
   return sharding
@@ -64,8 +61,8 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
     raise ValueError(
         f"host_callback {what}: device_index={device_index} is out of range "
         f"for a computation on {ndevices} devices")
-  i32 = jax_core.ShapedArray((), np.int32)
-  ordinal = jax_ffi.build_ffi_lowering_function("hcb_device_ordinal")(
+  i32 = ShapedArray((), np.int32)
+  ordinal = jax.ffi.build_ffi_lowering_function("hcb_device_ordinal")(
       ctx.replace(avals_in=(), avals_out=(i32,))).results
   callback_id = int(callback_id)
   out_avals = ctx.avals_out
@@ -83,18 +80,18 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
     return outs
 
   ctx = ctx.replace(avals_in=(i32, *ctx.avals_in))
-  results, _, _ = jax_callback.emit_python_callback(
+  results, _, _ = _jax.emit_python_callback(
       ctx, run_on_device, None, [*ordinal, *args], ctx.avals_in,
       out_avals, has_side_effect=has_side_effect, returns_token=False,
       sharding=_maximal(ctx, device_index))
   # Results left on one device come back wrong when they leave the program
   # from a device other than the first (JAX's own callbacks too, in JAX
   # 0.10): replicate them, so every device holds the whole result.
-  results = [mlir.wrap_with_sharding_op(ctx, r, aval, _replicated(aval))
+  results = [_jax.wrap_with_sharding_op(ctx, r, aval, _replicated(aval))
              for r, aval in zip(results, out_avals)]
   if target == "hcb_tap" or not results:
     return results
-  return jax_ffi.build_ffi_lowering_function(
+  return jax.ffi.build_ffi_lowering_function(
       "hcb_sharded_check",
       operand_output_aliases={i: i for i in range(len(results))})(
           ctx.replace(avals_in=out_avals, avals_out=out_avals), *results,
@@ -102,21 +99,20 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
 
 
 def _replicated(aval: Any) -> Any:
-  if jax_config.use_shardy_partitioner.value:
-    return sharding_impls.SdyArray(
+  if _jax.use_shardy_partitioner():
+    return _jax.SdyArray(
         mesh_shape=(), dim_shardings=tuple(
-            sharding_impls.SdyDim(axes=(), is_open=False)
+            _jax.SdyDim(axes=(), is_open=False)
             for _ in aval.shape))
-  sharding = xc.OpSharding()
-  sharding.type = xc.OpSharding.Type.REPLICATED
+  sharding = _jax.OpSharding()
+  sharding.type = _jax.OpSharding.Type.REPLICATED
   return sharding
 
 
 def _op_sharding(ctx: mlir.LoweringRuleContext) -> Any:
   axis_context = ctx.module_context.axis_context
-  if isinstance(axis_context, sharding_impls.SPMDAxisContext):
-    return jax_callback._callback_op_sharding(axis_context, None,
-                                              ctx.avals_out)
+  if isinstance(axis_context, _jax.SPMDAxisContext):
+    return _jax.callback_op_sharding(axis_context, None, ctx.avals_out)
   return None
 
 
@@ -131,9 +127,9 @@ def lower(ctx: mlir.LoweringRuleContext, target: str, args: Sequence[Any], *,
         ctx, target, args, what=what, has_side_effect=has_side_effect,
         device_index=device_index, **attributes)
   sharding = _op_sharding(ctx)
-  op = jax_ffi.build_ffi_lowering_function(
+  op = jax.ffi.build_ffi_lowering_function(
       target, has_side_effect=has_side_effect,
       operand_output_aliases=operand_output_aliases)(ctx, *args, **attributes)
   if sharding is not None:
-    mlir.set_sharding(ctx.module_context, op, sharding)
+    _jax.set_sharding(ctx.module_context, op, sharding)
   return op.results

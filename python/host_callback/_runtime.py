@@ -290,8 +290,8 @@ def _wait_for_devices() -> None:
   try:
     jax.effects_barrier()
   except jax.errors.JaxRuntimeError:
-    from jax._src import dispatch
-    dispatch.runtime_tokens.clear()
+    from host_callback import _jax
+    _jax.forget_runtime_tokens()
 
 
 def barrier_wait(logging_name: str | None = None) -> None:

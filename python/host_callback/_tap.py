@@ -21,17 +21,17 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
-from jax._src import core as jax_core
-from jax._src import dispatch
-from jax._src import effects as jax_effects
-from jax._src.interpreters import partial_eval as pe
+from jax.extend.core import JaxprEqn
 from jax.extend.core import Primitive
+from jax.extend.core import Var
+from jax.extend.core import no_effects
 from jax.interpreters import ad
 from jax.interpreters import batching
 from jax.interpreters import mlir
 
 from host_callback import _config
 from host_callback import _containers
+from host_callback import _jax
 from host_callback import _leaves
 from host_callback import _lowering
 from host_callback import _native
@@ -44,10 +44,10 @@ tap_p.multiple_results = True
 
 
 def _tap_impl(*args: Any, **params: Any) -> Any:
-  return dispatch.apply_primitive(tap_p, *args, **params)
+  return _jax.apply_primitive(tap_p, *args, **params)
 
 
-class DifferentiatedTapEffect(jax_effects.Effect):
+class DifferentiatedTapEffect(_jax.Effect):
   """Carried by taps bound by differentiation rules (see _tap_jvp)."""
 
   def __repr__(self) -> str:
@@ -55,20 +55,16 @@ class DifferentiatedTapEffect(jax_effects.Effect):
 
 
 _differentiated = DifferentiatedTapEffect()
-for _effect_set in (jax_effects.lowerable_effects,
-                    jax_effects.control_flow_allowed_effects,
-                    jax_effects.remat_allowed_effects,
-                    jax_effects.custom_derivatives_allowed_effects,
-                    jax_effects.partial_eval_kept_effects):
-  _effect_set.add_type(DifferentiatedTapEffect)
+_jax.allow_effect_everywhere(DifferentiatedTapEffect)
 
 
 def _tap_abstract_eval(*avals: Any, site: _runtime.TapSite, ntapped: int,
                        device_index: int, flavor: CallbackFlavor,
                        differentiated: bool) -> Any:
   del site, ntapped, device_index
+  _containers.keep_containers()
   keep = differentiated and flavor is not CallbackFlavor.PURE
-  return avals, {_differentiated} if keep else jax_core.no_effects
+  return avals, {_differentiated} if keep else no_effects
 
 
 def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
@@ -112,19 +108,19 @@ def _tap_transpose(cts: Any, *args: Any, site: _runtime.TapSite,
 
 
 def _tap_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any,
-                             eqn: jax_core.JaxprEqn) -> Any:
+                             eqn: JaxprEqn) -> Any:
   """Partial evaluation for remat: a tap on known values runs in the
   forward pass and, unless the policy saves its outputs, again when the
   backward pass rematerialises (the seed's order); a tap on unknown values
   runs where they are computed."""
   residuals = [v for v, inst in zip(eqn.invars, inst_in)
-               if isinstance(v, jax_core.Var) and not inst]
+               if isinstance(v, Var) and not inst]
   n = len(eqn.outvars)
   if any(unks_in):
     return None, eqn, [True] * n, [True] * n, residuals
-  policy = pe.ensure_enum(saveable(
+  policy = _jax.ensure_enum(saveable(
       eqn.primitive, *[v.aval for v in eqn.invars], **eqn.params))
-  if isinstance(policy, pe.SaveableType):
+  if isinstance(policy, _jax.SaveableType):
     return eqn, None, [False] * n, [False] * n, []
   return eqn, eqn, [False] * n, [True] * n, residuals
 
@@ -135,7 +131,7 @@ mlir.register_lowering(tap_p, _tap_lowering, platform="cpu")
 batching.primitive_batchers[tap_p] = _tap_batching
 ad.primitive_jvps[tap_p] = _tap_jvp
 ad.primitive_transposes[tap_p] = _tap_transpose
-pe.partial_eval_jaxpr_custom_rules[tap_p] = _tap_partial_eval_custom
+_jax.partial_eval_jaxpr_custom_rules[tap_p] = _tap_partial_eval_custom
 
 
 _containers.keep_when_unused(tap_p)

@@ -1,0 +1,242 @@
+"""Every use of JAX's internals (``jax._src``), in one place.
+
+JAX's public API has no way to give a primitive all the rules it needs
+(partial evaluation for ``remat``, dead-code elimination, effects allowed in
+control flow) nor to pin a Python callback to one device of an SPMD
+program, so the package uses a few internals.  No other module imports
+``jax._src``.  Each touchpoint below says what it is, why it is needed, and
+which JAX versions have it: every one is present, as used here, in JAX
+0.10.2, 0.11.2 and 0.12.0.1 (the versions ``make test`` runs).
+
+:func:`check_touchpoints` checks each one's shape (that the names exist and
+take the arguments we pass); tests/python/test_jax_internals.py runs it, so
+a JAX release that changes one fails there with a message that names it,
+rather than somewhere deep in a traced program.
+
+Everything public that the package uses (``jax.extend.core.Primitive``,
+``jax.interpreters.ad``/``batching``/``mlir``, ``jax.ffi``,
+``jax.core.Tracer``/``ShapedArray``) is imported where it is used.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Sequence
+
+import jax
+from jax._src import callback as _callback
+from jax._src import dispatch as _dispatch
+from jax._src import effects as _effects
+from jax._src import sharding_impls as _sharding_impls
+from jax._src.interpreters import mlir as _mlir
+from jax._src.interpreters import partial_eval as _pe
+from jax._src.lib import xla_client as _xc
+
+# ---- evaluating a primitive eagerly -------------------------------------------
+
+# dispatch.apply_primitive(prim, *args, **params): runs one primitive
+# outside jit by compiling it alone; what JAX's own primitives use as their
+# impl rule.  JAX 0.10-0.12.
+apply_primitive: Callable[..., Any] = _dispatch.apply_primitive
+
+
+def forget_runtime_tokens() -> None:
+  """Drops the completion tokens JAX keeps of effectful computations.
+
+  dispatch.runtime_tokens (a RuntimeTokenSet with ``clear()``): a token of a
+  failed computation holds an error that ``jax.effects_barrier`` raises
+  again, and at exit.  barrier_wait has recorded that error already.
+  JAX 0.10-0.12.
+  """
+  _dispatch.runtime_tokens.clear()
+
+
+# ---- effects ------------------------------------------------------------------
+
+# effects.Effect and the sets of effect types allowed in lowering, in
+# control flow (cond, while, scan), in remat, in custom_jvp/custom_vjp, and
+# kept by partial evaluation.  A tap bound by differentiation rules carries
+# an effect so that differentiation keeps it (_tap.py).  JAX 0.10-0.12.
+Effect = _effects.Effect
+
+
+def allow_effect_everywhere(effect_type: type) -> None:
+  """Lets ``effect_type`` be lowered and appear in control flow, remat and
+  custom derivatives, and be kept by partial evaluation."""
+  for effect_set in (_effects.lowerable_effects,
+                     _effects.control_flow_allowed_effects,
+                     _effects.remat_allowed_effects,
+                     _effects.custom_derivatives_allowed_effects,
+                     _effects.partial_eval_kept_effects):
+    effect_set.add_type(effect_type)
+
+
+# ---- partial evaluation (remat) -----------------------------------------------
+
+# partial_eval_jaxpr_custom_rules[prim] = rule(saveable, unks_in, inst_in,
+# eqn): how remat splits a primitive between the forward and the backward
+# pass; ensure_enum(policy result) and SaveableType interpret the remat
+# policy's answer.  JAX 0.10-0.12.
+partial_eval_jaxpr_custom_rules: dict[Any, Any] = (
+    _pe.partial_eval_jaxpr_custom_rules)
+ensure_enum: Callable[[Any], Any] = _pe.ensure_enum
+SaveableType: type = _pe.SaveableType
+
+# ---- dead-code elimination ----------------------------------------------------
+
+# dce_rules[prim] = rule(used_outputs, [live_ins,] eqn) -> (used_inputs,
+# new eqn or None).  JAX 0.12 added the middle argument (which inputs are
+# live); rules here take *args and find the equation last.  A primitive
+# without a rule uses _default_dce_rule, which removes an equation whose
+# outputs are unused unless it has an effect.  JAX 0.10-0.12.
+dce_rules: dict[Any, Callable[..., Any]] = _pe.dce_rules
+default_dce_rule: Callable[..., Any] = _pe._default_dce_rule
+
+# ---- batching of cond ---------------------------------------------------------
+
+# batching.fancy_primitive_batchers[cond_p] = rule(axis_data, args, dims, *,
+# branches, **params): vmap of lax.cond; with a batched predicate it runs
+# both branches and selects.  jax.interpreters.batching re-exports the
+# registry.  JAX 0.10-0.12.
+from jax.interpreters import batching as _batching  # noqa: E402
+
+fancy_primitive_batchers: dict[Any, Callable[..., Any]] = (
+    _batching.fancy_primitive_batchers)
+
+# ---- lowering under SPMD partitioning -----------------------------------------
+
+# The lowering context's axis_context is a sharding_impls.ShardingContext
+# (jit over sharded operands: num_devices) or SPMDAxisContext (shard_map,
+# manual axes).  JAX 0.10-0.12.
+ShardingContext: type = _sharding_impls.ShardingContext
+SPMDAxisContext: type = _sharding_impls.SPMDAxisContext
+
+# Shardy's sharding annotations: SdyArrayList(shardings), SdyArray(mesh_shape,
+# dim_shardings, logical_device_ids=...), SdyDim(axes, is_open).  The GSPMD
+# partitioner's annotation is xla_client.OpSharding.  JAX 0.10-0.12.
+SdyArrayList: type = _sharding_impls.SdyArrayList
+SdyArray: type = _sharding_impls.SdyArray
+SdyDim: type = _sharding_impls.SdyDim
+OpSharding: Any = _xc.OpSharding
+
+# mlir.wrap_with_sharding_op(ctx, value, aval, sharding) and
+# mlir.set_sharding(module_context, op, sharding): annotate an MLIR value or
+# op with a sharding.  Not re-exported by jax.interpreters.mlir in 0.10-0.12.
+wrap_with_sharding_op: Callable[..., Any] = _mlir.wrap_with_sharding_op
+set_sharding: Callable[..., Any] = _mlir.set_sharding
+
+# callback.emit_python_callback(ctx, callback, token, operands,
+# operand_avals, result_avals, *, has_side_effect, returns_token,
+# sharding): JAX's own lowering of a Python callback -- the only custom call
+# whose single-device (maximal) sharding XLA's Shardy partitioner keeps, so
+# the one way to run a callback once, on one chosen device, under jit over
+# sharded operands (_lowering.py).  JAX 0.10-0.12.
+emit_python_callback: Callable[..., Any] = _callback.emit_python_callback
+
+# callback._callback_op_sharding(axis_context, sharding, avals_out): the
+# sharding JAX gives its own callbacks inside shard_map (MANUAL).
+# JAX 0.10-0.12.
+callback_op_sharding: Callable[..., Any] = _callback._callback_op_sharding
+
+
+def use_shardy_partitioner() -> bool:
+  """Whether JAX lowers with the Shardy partitioner (the default since JAX
+  0.7); the ``jax_use_shardy_partitioner`` option."""
+  return bool(jax.config.jax_use_shardy_partitioner)
+
+
+# ---- the checks ---------------------------------------------------------------
+
+def _params(fn: Callable[..., Any]) -> list[str]:
+  return list(inspect.signature(fn).parameters)
+
+
+def _has_params(fn: Callable[..., Any], *names: str) -> str | None:
+  missing = [n for n in names if n not in _params(fn)]
+  return f"has no parameter(s) {missing}" if missing else None
+
+
+def _check_dce_rule() -> str | None:
+  n = len(_params(default_dce_rule))
+  if n not in (2, 3):
+    return (f"_default_dce_rule takes {n} arguments, expected (used_outputs, "
+            "eqn) or (used_outputs, live_ins, eqn)")
+  return None
+
+
+def _check_effect_sets() -> str | None:
+  for name in ("lowerable_effects", "control_flow_allowed_effects",
+               "remat_allowed_effects", "custom_derivatives_allowed_effects",
+               "partial_eval_kept_effects"):
+    if not hasattr(getattr(_effects, name, None), "add_type"):
+      return f"effects.{name} is gone or has no add_type"
+  return None
+
+
+def _check_cond_batcher() -> str | None:
+  from jax.extend.core import primitives
+  rule = fancy_primitive_batchers.get(primitives.cond_p)
+  if rule is None:
+    return "has no rule for cond_p"
+  return _has_params(getattr(rule, "__wrapped__", rule), "axis_data", "args",
+                     "dims", "branches")
+
+
+# (name, check): each check returns None when the touchpoint is as used here,
+# or what changed.
+TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
+    ("dispatch.apply_primitive",
+     lambda: _has_params(apply_primitive, "prim")),
+    ("dispatch.runtime_tokens.clear",
+     lambda: None if callable(getattr(_dispatch.runtime_tokens, "clear", None))
+     else "runtime_tokens has no clear()"),
+    ("effects.Effect and the allowed-effect sets", _check_effect_sets),
+    ("partial_eval.partial_eval_jaxpr_custom_rules",
+     lambda: None if isinstance(partial_eval_jaxpr_custom_rules, dict)
+     else "is not a dict"),
+    ("partial_eval.ensure_enum and SaveableType",
+     lambda: None if ensure_enum(SaveableType()) is not None
+     else "ensure_enum returned None"),
+    ("partial_eval.dce_rules and _default_dce_rule", _check_dce_rule),
+    ("batching.fancy_primitive_batchers[cond_p]", _check_cond_batcher),
+    ("sharding_impls.ShardingContext",
+     lambda: _has_params(ShardingContext, "num_devices")),
+    ("sharding_impls.SdyArray",
+     lambda: _has_params(SdyArray, "mesh_shape", "dim_shardings",
+                         "logical_device_ids")),
+    ("sharding_impls.SdyDim", lambda: _has_params(SdyDim, "axes", "is_open")),
+    ("sharding_impls.SdyArrayList",
+     lambda: None if callable(SdyArrayList) else "is not a class"),
+    ("xla_client.OpSharding",
+     lambda: None if hasattr(OpSharding, "Type") and hasattr(
+         OpSharding.Type, "MAXIMAL") else "has no Type.MAXIMAL"),
+    ("mlir.wrap_with_sharding_op",
+     lambda: _has_params(wrap_with_sharding_op, "ctx", "x", "aval_out",
+                         "sharding")),
+    ("mlir.set_sharding", lambda: None if callable(set_sharding)
+     else "is not callable"),
+    ("callback.emit_python_callback",
+     lambda: _has_params(emit_python_callback, "ctx", "callback", "token",
+                         "operands", "operand_avals", "result_avals",
+                         "has_side_effect", "returns_token", "sharding")),
+    ("callback._callback_op_sharding",
+     lambda: _has_params(callback_op_sharding, "axis_context", "sharding",
+                         "avals_out")),
+    ("config jax_use_shardy_partitioner",
+     lambda: None if isinstance(use_shardy_partitioner(), bool)
+     else "is not a bool"),
+)
+
+
+def check_touchpoints() -> list[str]:
+  """What changed in the JAX installed, one line per touchpoint that is not
+  as this module uses it (empty when all are)."""
+  problems = []
+  for name, check in TOUCHPOINTS:
+    try:
+      problem = check()
+    except Exception as e:  # a missing name, a signature that cannot be read
+      problem = f"{type(e).__name__}: {e}"
+    if problem is not None:
+      problems.append(f"jax._src {name} (JAX {jax.__version__}): {problem}")
+  return problems
