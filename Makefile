@@ -1,40 +1,65 @@
 # make demo   - set up everything (venv, pinned packages, Debian packages) and run the demo
-# make test   - set up everything and run every test: C (plain, ASan+UBSan, TSan), the fuzzer and Python
+# make test   - set up everything and run every test: C (plain, ASan+UBSan, TSan), the fuzzer,
+#               Python on every supported JAX, type checks and a pip install into a fresh venv
 #
-# Other targets: setup, install, ctest, ctest-asan, ctest-tsan, fuzz, pytest, bench, bench-smoke, format, format-check, clean
+# Other targets: setup, install, ctest, ctest-asan, ctest-tsan, fuzz, pytest, pytest-matrix,
+# test-install, bench, bench-smoke, format, format-check, clean
 
 SHELL := /bin/bash
+# The supported combinations, one pin file each in requirements/: the first
+# is the development environment (.venv), where everything runs; the others
+# run the Python test suite, each in .venv-<name>.
+MAIN := py3.11-jax0.10.2
+MATRIX := py3.12-jax0.11.2 py3.13-jax0.12.0.1
 VENV := .venv
 PY := $(VENV)/bin/python
 XLA_INC = $(shell $(PY) -c "import jax.ffi; print(jax.ffi.include_dir())")
 CMAKE_C = cmake -S . -G Ninja -DHCB_BUILD_TESTS=ON -DHCB_WERROR=ON -DPython_EXECUTABLE=$(abspath $(PY))
 C_SOURCES = include/hcb/*.h src/*.[ch] python/_hcb/*.[ch] tests/c/*.[ch] tests/c/*.cpp examples/*/*.c fuzz/*.c
 DEBIAN_PACKAGES := libcmocka-dev cmake ninja-build gcc clang valgrind pkg-config
+# pip builds in build/py-<venv> (kept between runs); a plain `pip install .`
+# builds in a temporary directory instead.
+PIP_INSTALL = HCB_WERROR=ON $(1)/bin/python -m pip install -q --no-build-isolation --no-deps \
+  --config-settings=build-dir=build/py-$(1) .
+# The Python version of a combination: py3.12-jax0.11.2 -> 3.12
+PYVER = $(patsubst py%,%,$(firstword $(subst -, ,$(1))))
 
-.PHONY: demo test setup install ctest ctest-asan ctest-tsan fuzz pytest bench bench-smoke format format-check clean
+.PHONY: demo test setup debian install ctest ctest-asan ctest-tsan fuzz pytest pytest-matrix \
+  test-install bench bench-smoke format format-check clean
 
 demo: install
 	$(PY) examples/demo.py
 
-test: install format-check ctest ctest-asan ctest-tsan fuzz pytest
+test: install format-check typecheck ctest ctest-asan ctest-tsan fuzz pytest pytest-matrix test-install
 
 # ---- setup ------------------------------------------------------------------
-$(VENV)/.deps: requirements.txt
+debian:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing; fi
-	test -x $(PY) || python3 -m venv $(VENV)
+
+# A virtualenv per combination, with its pins (.venv for the first).
+$(VENV)/.deps: requirements/$(MAIN).txt | debian
+	test -x $(PY) || $$(tools/find-python $(call PYVER,$(MAIN))) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -r $<
+	touch $@
+
+# (Make would delete these stamps as intermediate files of pytest-py%.)
+.PRECIOUS: .venv-%/.deps
+.venv-%/.deps: requirements/%.txt | debian
+	test -x .venv-$*/bin/python || $$(tools/find-python $(call PYVER,$*)) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install -q --upgrade pip
+	.venv-$*/bin/python -m pip install -q -r $<
 	touch $@
 
 setup: $(VENV)/.deps
 
 install: setup
-	HCB_WERROR=ON $(PY) -m pip install -q --no-build-isolation --no-deps .
+	$(call PIP_INSTALL,$(VENV))
 
 # ---- C tests ----------------------------------------------------------------
 ctest: setup
@@ -68,6 +93,28 @@ fuzz: setup
 # ---- Python tests -----------------------------------------------------------
 pytest: install
 	$(PY) -m pytest -q tests/python
+
+# The Python suite on the other supported JAX versions.  The last (newest)
+# combination runs a package built against the oldest supported XLA FFI
+# header (JAX 0.10.2's, from .venv): a binary built against the oldest
+# header must register and run under the newest JAX.
+pytest-matrix: $(addprefix pytest-,$(MATRIX))
+
+pytest-py%: .venv-py%/.deps setup
+	$(if $(filter py$*,$(lastword $(MATRIX))),HCB_XLA_INCLUDE_DIR=$(XLA_INC)) $(call PIP_INSTALL,.venv-py$*)
+	.venv-py$*/bin/python -m pytest -q -p no:cacheprovider tests/python
+
+# `pip install .` as a user runs it: build isolation, a fresh venv, PyPI.
+test-install: setup
+	$(PY) -m pytest -q -p no:cacheprovider tests/install
+
+# ---- type checks ([tool.mypy] in pyproject.toml) ---------------------------
+# The package as pip installed it in .venv (its modules, _hcb.pyi, py.typed),
+# then, strictly, a user program that uses every example of README.md.
+.PHONY: typecheck
+typecheck: install
+	$(PY) -m mypy -p host_callback
+	$(PY) -m mypy --strict tests/typing/readme_examples.py
 
 # ---- benchmarks (bench/README.md) -------------------------------------------
 bench: install

@@ -79,8 +79,9 @@ def main() -> None:
   m = jnp.array([[2., 1.], [1., 2.]])
   print(f"{stamp()} call: eigenvalues of {m.tolist()} from the host: "
         f"{spectrum(m).tolist()}", flush=True)
-  # id_print: the seed's example, under grad; the text is numpy's, formatted
-  # in C on the consumer thread.
+  # id_print: the example from the old jax.experimental.host_callback
+  # documentation, under grad; the text is numpy's, formatted in C on the
+  # consumer thread.
   def power3(x):
     y = x * x
     hcb.id_print((x, y), what="x,x^2")

@@ -12,7 +12,7 @@ all.
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import jax
 import numpy as np
@@ -73,7 +73,7 @@ class BufferSite(NamedTuple):
   callback: Callable[..., Any]
   in_treedef: Any
   out_treedef: Any
-  context_type: type
+  context_type: type[ExecutionContext]
 
   def register(self) -> int:
     return _hcb.register_buffer_callback(
@@ -147,7 +147,7 @@ batching.primitive_batchers[buffer_callback_p] = _batching_rule
 _containers.keep_when_unused(buffer_callback_p)
 
 
-def _static_aliases(input_output_aliases: dict[int, int] | None,
+def _static_aliases(input_output_aliases: Mapping[int, int] | None,
                     args: tuple[Any, ...], in_avals: list[Any],
                     result_avals: tuple[Any, ...]
                     ) -> tuple[tuple[int, int], ...]:
@@ -174,7 +174,7 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
                     result_shape_dtypes: Any, *,
                     has_side_effect: bool = False,
                     vmap_method: str | None = None,
-                    input_output_aliases: dict[int, int] | None = None,
+                    input_output_aliases: Mapping[int, int] | None = None,
                     command_buffer_compatible: bool = False
                     ) -> Callable[..., Any]:
   """A callback that writes its results in place into XLA's buffers.
@@ -206,6 +206,7 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
           or callable(callback)):
     raise TypeError(f"callback must be callable, got {callback!r}")
   _batching.check_vmap_method(vmap_method)
+  out_treedef: Any  # jax.tree_util.PyTreeDef: jaxlib has no stub for it
   flat_shapes, out_treedef = jax.tree_util.tree_flatten(result_shape_dtypes)
   result_avals = tuple(ShapedArray(x.shape, x.dtype)
                        for x in flat_shapes)

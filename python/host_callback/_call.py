@@ -172,7 +172,7 @@ def _inline_result(site: CallSite, result: Any) -> Any:
 
 # ---- the API ----------------------------------------------------------------
 
-def call(callback_func: Callable[..., Any], arg: Any, *,
+def call(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
          result_shape: Any = None, call_with_device: bool = False,
          device_index: int = 0,
          callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
@@ -240,12 +240,13 @@ def call(callback_func: Callable[..., Any], arg: Any, *,
   sent = _leaves.key_data_of_keys(leaves)
   result_treedef, result_avals = _declared_results(result_shape)
   narrow = jax.dtypes.canonicalize_dtype(np.float64) != np.float64
-  site = CallSite(callback_func if native else
-                  _runtime.hashable_callable(callback_func), arg_treedef,
+  site = CallSite(callback_func if isinstance(callback_func, NativeCallback)
+                  else _runtime.hashable_callable(callback_func), arg_treedef,
                   result_treedef, result_avals, bool(call_with_device),
                   bool(narrow))
 
-  if _config.INLINE and not native and not _leaves.any_tracer(sent):
+  if (_config.INLINE and not isinstance(callback_func, NativeCallback) and
+      not _leaves.any_tracer(sent)):
     value = arg_treedef.unflatten([np.asarray(x) for x in sent])
     if call_with_device:
       result = callback_func(value,

@@ -89,7 +89,7 @@ def _keeping_callbacks(rule: Callable[..., Any]) -> Callable[..., Any]:
       return [True] * len(eqn.invars), eqn
     return rule(used_outputs, *rest)
 
-  rule_keeping_callbacks.__wrapped__ = rule  # type: ignore[attr-defined]
+  setattr(rule_keeping_callbacks, "__wrapped__", rule)  # JAX's rule
   return rule_keeping_callbacks
 
 
@@ -122,7 +122,7 @@ def _refusing_batched_cond(rule: Callable[..., Any]) -> Callable[..., Any]:
           "the cond.")
     return rule(axis_data, args, dims, branches=branches, **params)
 
-  cond_batching_rule.__wrapped__ = rule  # type: ignore[attr-defined]
+  setattr(cond_batching_rule, "__wrapped__", rule)  # JAX's rule
   return cond_batching_rule
 
 

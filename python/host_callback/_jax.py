@@ -108,8 +108,8 @@ fancy_primitive_batchers: dict[Any, Callable[..., Any]] = (
 # The lowering context's axis_context is a sharding_impls.ShardingContext
 # (jit over sharded operands: num_devices) or SPMDAxisContext (shard_map,
 # manual axes).  JAX 0.10-0.12.
-ShardingContext: type = _sharding_impls.ShardingContext
-SPMDAxisContext: type = _sharding_impls.SPMDAxisContext
+ShardingContext = _sharding_impls.ShardingContext
+SPMDAxisContext = _sharding_impls.SPMDAxisContext
 
 # Shardy's sharding annotations: SdyArrayList(shardings), SdyArray(mesh_shape,
 # dim_shardings, logical_device_ids=...), SdyDim(axes, is_open).  The GSPMD
@@ -142,7 +142,9 @@ callback_op_sharding: Callable[..., Any] = _callback._callback_op_sharding
 def use_shardy_partitioner() -> bool:
   """Whether JAX lowers with the Shardy partitioner (the default since JAX
   0.7); the ``jax_use_shardy_partitioner`` option."""
-  return bool(jax.config.jax_use_shardy_partitioner)
+  # Config options are attributes that jax.config defines at run time:
+  # getattr, as the type checker knows of none of them.
+  return bool(getattr(jax.config, "jax_use_shardy_partitioner"))
 
 
 # ---- the checks ---------------------------------------------------------------

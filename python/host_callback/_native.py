@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import ctypes
 import os
+from _ctypes import CFuncPtr
 from typing import Any
 
 from host_callback import _hcb
 
+# A C function as native_tap and native_call take it: a ctypes function
+# pointer (``ctypes.CDLL(path).name``, a ``ctypes.CFUNCTYPE`` instance), its
+# address, or the path of a shared library (with the function's name apart).
+CFunction = CFuncPtr | int | str | os.PathLike[str]
 
-def _address_of(fn: Any, symbol: str | None, what: str) -> tuple[int, Any, str]:
+
+def _address_of(fn: CFunction, symbol: str | None,
+                what: str) -> tuple[int, Any, str]:
   """(address, object to keep alive, default name) of a C function given as
   a ctypes function, an int address, or a library path and a symbol."""
   if isinstance(fn, (str, os.PathLike)):
@@ -43,7 +50,7 @@ def _address_of(fn: Any, symbol: str | None, what: str) -> tuple[int, Any, str]:
     raise TypeError(f"{what}: expected a C function, got {fn!r}")
   if isinstance(fn, int):
     return fn, None, hex(fn)
-  if isinstance(fn, ctypes._CFuncPtr):  # type: ignore[attr-defined]
+  if isinstance(fn, CFuncPtr):
     return (ctypes.cast(fn, ctypes.c_void_p).value or 0, fn,
             getattr(fn, "__name__", None) or "")
   raise TypeError(f"{what}: expected a ctypes function pointer, an address "
@@ -56,7 +63,7 @@ class _Native:
   _what = "native callback"
   _kind = "native callback"  # in messages: "X is a <kind>"
 
-  def __init__(self, fn: Any, symbol: str | None = None, *,
+  def __init__(self, fn: CFunction, symbol: str | None = None, *,
                user: int | ctypes.c_void_p | None = None,
                name: str | None = None):
     address, keep, default_name = _address_of(fn, symbol, self._what)
@@ -74,8 +81,8 @@ class _Native:
     return hash((type(self), self.address, self.user))
 
   def __eq__(self, other: object) -> bool:
-    return (type(other) is type(self) and
-            (other.address, other.user) == (self.address, self.user))  # type: ignore[attr-defined]
+    return (isinstance(other, _Native) and type(other) is type(self) and
+            (other.address, other.user) == (self.address, self.user))
 
   def __repr__(self) -> str:
     return f"{type(self).__name__}({self.name})"
@@ -140,7 +147,7 @@ def is_native(func: Any, want: type[_Native], where: str) -> bool:
   return isinstance(func, want)
 
 
-def native_tap(fn: Any, symbol: str | None = None, *,
+def native_tap(fn: CFunction, symbol: str | None = None, *,
                user: int | ctypes.c_void_p | None = None,
                name: str | None = None) -> NativeTap:
   """A C tap function to pass to :func:`id_tap` in place of a Python one.
@@ -162,7 +169,7 @@ def native_tap(fn: Any, symbol: str | None = None, *,
   return NativeTap(fn, symbol, user=user, name=name)
 
 
-def native_call(fn: Any, symbol: str | None = None, *,
+def native_call(fn: CFunction, symbol: str | None = None, *,
                 user: int | ctypes.c_void_p | None = None,
                 name: str | None = None) -> NativeCallback:
   """A C call function to pass to :func:`call` or :func:`buffer_callback`

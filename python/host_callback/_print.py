@@ -25,7 +25,7 @@ Python, from the numpy arrays, on the consumer thread.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import jax
 import ml_dtypes
@@ -35,6 +35,9 @@ from host_callback import _hcb
 from host_callback import _runtime
 from host_callback import _tap
 from host_callback._types import CallbackFlavor
+
+if TYPE_CHECKING:
+  from _typeshed import SupportsWrite
 
 # hcb_print_kind (include/hcb/hcb.h)
 _ARRAY, _TEXT, _TUPLE, _LIST, _DICT = range(5)
@@ -49,10 +52,13 @@ _C_DTYPES = frozenset(np.dtype(t) for t in (
     np.complex128, ml_dtypes.bfloat16))
 
 Node = tuple[int, int, "str | None", "str | None"]
+# (threshold, edgeitems, linewidth, precision, floatmode, sign, suppress,
+# nanstr, infstr): the print options as the C printer takes them.
+Options = tuple[int, int, int, int, int, str, bool, str, str]
 
 
-def _c_options(numpy_options: dict[str, Any],
-               threshold: int | None) -> tuple[Any, ...] | None:
+def _c_options(numpy_options: Mapping[str, Any],
+               threshold: int | None) -> Options | None:
   """numpy's print options as the C printer takes them, or None when the
   C printer does not implement them."""
   o = numpy_options
@@ -68,7 +74,7 @@ def _c_options(numpy_options: dict[str, Any],
 
 
 # numpy's defaults: the layout options when every array is numpy's text.
-_DEFAULT_OPTIONS = (1000, 3, 75, 8, 0, "-", False, "nan", "inf")
+_DEFAULT_OPTIONS: Options = (1000, 3, 75, 8, 0, "-", False, "nan", "inf")
 
 
 def _frozen(value: Any) -> Any:
@@ -93,7 +99,8 @@ class Printer:
   __slots__ = ("kwargs", "threshold", "output_stream", "numpy_options",
                "options", "_key", "__weakref__")
 
-  def __init__(self, kwargs: dict[str, Any], output_stream: Any,
+  def __init__(self, kwargs: dict[str, Any],
+               output_stream: SupportsWrite[str] | None,
                threshold: int | None):
     self.kwargs = tuple(sorted((str(k), str(v)) for k, v in kwargs.items()))
     self.threshold = None if threshold is None else int(threshold)
@@ -221,7 +228,8 @@ def _treedef_nodes(treedef: Any, key: str | None, out: list[Node]) -> bool:
 
 
 def id_print(arg: Any, *, result: Any = None, tap_with_device: bool = False,
-             device_index: int = 0, output_stream: Any = None,
+             device_index: int = 0,
+             output_stream: SupportsWrite[str] | None = None,
              threshold: int | None = None,
              callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
              **kwargs: Any) -> Any:

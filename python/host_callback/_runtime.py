@@ -54,7 +54,7 @@ class TapSite(NamedTuple):
   device.  Equal sites share an id, so re-tracing the same function hits
   JAX's compilation cache."""
 
-  func: Callable[..., Any]
+  func: Callable[..., Any] | NativeTap
   treedef: Any
   transforms: Transforms
   with_device: bool
@@ -75,10 +75,10 @@ class CallSite(NamedTuple):
   a declared 32-bit one (JAX without x64).  The C target reads the fields by
   position (python/_hcb/module.c, register_call)."""
 
-  func: Callable[..., Any]
+  func: Callable[..., Any] | NativeCallback
   arg_treedef: Any
   result_treedef: Any
-  result_avals: tuple[tuple[tuple[int, ...], np.dtype], ...]
+  result_avals: tuple[tuple[tuple[int, ...], np.dtype[Any]], ...]
   with_device: bool
   narrow_x64: bool
 
@@ -129,7 +129,8 @@ def hashable_callable(func: Callable[..., Any]) -> Callable[..., Any]:
   return func
 
 
-def callable_name(func: Callable[..., Any]) -> str:
+def callable_name(func: Callable[..., Any] | NativeTap | NativeCallback
+                  ) -> str:
   """The name messages use for a callback (the runtime keeps 63 bytes: a
   longer name keeps its end)."""
   func = func.func if isinstance(func, _CallableKey) else func

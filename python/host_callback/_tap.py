@@ -111,8 +111,9 @@ def _tap_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any,
                              eqn: JaxprEqn) -> Any:
   """Partial evaluation for remat: a tap on known values runs in the
   forward pass and, unless the policy saves its outputs, again when the
-  backward pass rematerialises (the seed's order); a tap on unknown values
-  runs where they are computed."""
+  backward pass rematerialises (the order of the removed
+  jax.experimental.host_callback); a tap on unknown values runs where they
+  are computed."""
   residuals = [v for v, inst in zip(eqn.invars, inst_in)
                if isinstance(v, Var) and not inst]
   n = len(eqn.outvars)
@@ -141,15 +142,18 @@ _containers.keep_when_unused(tap_p)
 
 def _tap_inline(site: _runtime.TapSite, leaves: list[Any],
                 device_index: int) -> None:
+  func = site.func
+  assert not isinstance(func, NativeTap), "a native tap never runs inline"
   value = site.treedef.unflatten([np.asarray(x) for x in leaves])
   if site.with_device:
-    site.func(value, site.transforms, device=jax.local_devices()[device_index])
+    func(value, site.transforms, device=jax.local_devices()[device_index])
   else:
-    site.func(value, site.transforms)
+    func(value, site.transforms)
 
 
-def id_tap(tap_func: Callable[..., Any], arg: Any, *, result: Any = None,
-           tap_with_device: bool = False, device_index: int = 0,
+def id_tap(tap_func: Callable[..., Any] | NativeTap, arg: Any, *,
+           result: Any = None, tap_with_device: bool = False,
+           device_index: int = 0,
            callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
            **kwargs: Any) -> Any:
   """Identity function that also sends ``arg`` to ``tap_func`` on the host.
@@ -194,7 +198,7 @@ def id_tap(tap_func: Callable[..., Any], arg: Any, *, result: Any = None,
 
   leaves, treedef = _leaves.flatten(arg)
   tapped = _leaves.key_data_of_keys(leaves)
-  site = _runtime.TapSite(tap_func if native else
+  site = _runtime.TapSite(tap_func if isinstance(tap_func, NativeTap) else
                           _runtime.hashable_callable(tap_func), treedef,
                           _runtime.Transforms(), bool(tap_with_device))
 

@@ -1,7 +1,8 @@
 """buffer_callback against real JAX: in-place results, Buffer (buffer
 protocol, __array__, DLPack), zero copy, use after the callback,
-ExecutionContext, the seed's validation errors, autodiff errors, vmap,
-side effects, and native C callbacks compiled here."""
+ExecutionContext, the validation and autodiff errors of
+jax.experimental.buffer_callback, vmap, side effects, and native C callbacks
+compiled here."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ F32_3 = jax.ShapeDtypeStruct((3,), np.float32)
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def test_seed_add_one_example_eager_and_jit():
+def test_jax_docs_add_one_example_eager_and_jit():
   def py_add_one_inplace(ctx, out, x):
     np.asarray(out)[...] = np.asarray(x) + 1
 
@@ -152,7 +153,7 @@ def test_execution_context():
              "an input with abstract value int32[3] and an output with a "
              "different abstract value float32[3]."),
 ])
-def test_seed_validation_errors(aliases, message):
+def test_validation_errors_match_jax(aliases, message):
   f = hcb.buffer_callback(lambda ctx, out, x: None, F32_3,
                           input_output_aliases=aliases)
   with pytest.raises(ValueError) as info:
@@ -160,7 +161,7 @@ def test_seed_validation_errors(aliases, message):
   assert str(info.value) == message
 
 
-def test_autodiff_raises_the_seed_errors():
+def test_autodiff_errors_match_jax():
   f = hcb.buffer_callback(lambda ctx, out, x: None, F32_3)
   with pytest.raises(ValueError, match="Buffer callbacks do not support JVP. "
                                        "Please use `jax.custom_jvp`"):

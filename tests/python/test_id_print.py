@@ -1,7 +1,8 @@
 """id_print: the text, character for character, against numpy and JAX.
 
-The reference for every comparison is what the seed's printing tap would
-write with the installed numpy and JAX: ``numpy.array2string`` for arrays
+The reference for every comparison is what id_print of the removed
+jax.experimental.host_callback module (the old module, below) would write
+with the installed numpy and JAX: ``numpy.array2string`` for arrays
 and JAX's pretty printer for the containers around them (``expected_value``
 below).  The C printer is reached through ``Printer.format`` (the Python
 path of id_print) for the differential tests, and through ``id_print`` in
@@ -50,12 +51,13 @@ def expected_doc(value: Any, threshold: int | None) -> pp.Doc:
 
 
 def expected_value(value: Any, threshold: int | None = None) -> str:
-  """The seed's text of one value (without the newline)."""
+  """The old module's text of one value (without the newline)."""
   return str(expected_doc(value, threshold))
 
 
 def expected_tap(value: Any, threshold: int | None = None, **kv: Any) -> str:
-  """The seed's output of one tap: the sorted ``k: v`` line, the value."""
+  """The old module's output of one tap: the sorted ``k: v`` line, the
+  value."""
   line = " ".join(f"{k}: {v}" for k, v in sorted(kv.items()))
   return (line + "\n" if line else "") + expected_value(value, threshold) + "\n"
 
@@ -237,7 +239,7 @@ def power3(x, stream):
   return y * x
 
 
-def test_seed_example_under_jit_jvp_and_grad():
+def test_old_docs_example_under_jit_jvp_and_grad():
   s = io.StringIO()
   jax.jit(lambda x: power3(x, s))(3.0)
   jax.jvp(lambda x: power3(x, s), (3.0,), (0.1,))
@@ -246,7 +248,7 @@ def test_seed_example_under_jit_jvp_and_grad():
   assert s.getvalue() == "what: x,x^2\n( 3. 9. )\n" * 3
 
 
-def test_seed_example_tangents_with_custom_jvp():
+def test_old_docs_example_tangents_with_custom_jvp():
   s = io.StringIO()
 
   @jax.custom_jvp
@@ -271,7 +273,7 @@ def test_seed_example_tangents_with_custom_jvp():
                           "what: tangents\n( 0.1 0.6 )\n")
 
 
-def test_seed_example_cotangents_with_custom_vjp():
+def test_old_docs_example_cotangents_with_custom_vjp():
   s = io.StringIO()
 
   @jax.custom_vjp
@@ -299,7 +301,7 @@ def test_seed_example_cotangents_with_custom_vjp():
                           "what: cotangents\n( 9. 3. )\n")
 
 
-def test_seed_example_checkpoint_prints_in_the_seed_order():
+def test_old_docs_example_checkpoint_prints_in_the_old_order():
   s = io.StringIO()
   f = lambda x: power3(x, s)
   jax.grad(lambda x: f(jax.checkpoint(f)(x)))(3.0)
@@ -363,7 +365,7 @@ def test_large_arrays_are_summarised_and_threshold_applies():
                           np.array2string(np.arange(20.0), threshold=5) + "\n")
 
 
-def test_long_containers_break_like_the_seed():
+def test_long_containers_break_like_the_old_module():
   s = io.StringIO()
   value = {"weights": jnp.linspace(0, 1, 12), "bias": (jnp.ones(3), [1, 2])}
   jax.jit(lambda v: hcb.id_print(v, output_stream=s))(value)

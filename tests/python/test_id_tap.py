@@ -134,7 +134,7 @@ def test_tap_with_device_passes_the_jax_device(collect):
   assert device == jax.devices()[0]
 
 
-def test_kwargs_are_rejected_with_the_seed_message():
+def test_kwargs_are_rejected_with_the_old_message():
   with pytest.raises(TypeError, match=r"Support for \*\*kwargs in ``id_tap`` "
                      r"has been removed.*functools.partial\(tap_func"):
     hcb.id_tap(lambda a, t: None, 1.0, what="x")

@@ -173,7 +173,7 @@ def test_custom_vjp_backward_rule_taps_cotangents(rec):
 
 # ---- rematerialisation ------------------------------------------------------
 
-def test_checkpoint_reruns_taps_in_the_seed_order(rec):
+def test_checkpoint_reruns_taps_in_the_old_order(rec):
   f = lambda x: power3(rec, jax.checkpoint(lambda y: power3(rec, y))(x))
   jax.grad(f)(3.)
   assert [v for v, _, _ in rec.taken()] == [(3., 9.), (27., 729.), (3., 9.)]

@@ -1,0 +1,162 @@
+"""Type stub of ``host_callback._hcb``, the CPython extension (python/_hcb/).
+
+The C runtime (libhcb) as the Python package sees it: registration of tap,
+call, buffer-callback and print sites as runtime targets, the FFI handlers
+as capsules, the runtime's barrier, stop, stats and errors, and the
+:class:`Buffer` type that buffer callbacks receive.  Functions of the method
+table take their arguments by position only (``METH_VARARGS``, ``METH_O``,
+``METH_FASTCALL``).  A site passed to a ``register_*`` function is kept for
+the life of the process; the C code reads its fields by position.
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final, NoReturn, final
+
+import jax
+import numpy as np
+import numpy.typing as npt
+from _typeshed import SupportsWrite
+from typing_extensions import CapsuleType
+
+from host_callback._buffer import BufferSite
+from host_callback._runtime import CallSite
+from host_callback._runtime import TapSite
+
+# (kind, count, key, text): one node of id_print's layout (hcb_print_node,
+# include/hcb/hcb.h).  kind: 0 array, 1 text, 2 tuple, 3 list, 4 dict;
+# count: the children of a container; key: its key in the enclosing dict;
+# text: the text of a text node.
+_PrintNode = tuple[int, int, str | None, str | None]
+
+# numpy's print options as the C printer takes them: (threshold, edgeitems,
+# linewidth, precision, floatmode (0 maxprec, 1 fixed, 2 unique,
+# 3 maxprec_equal), sign (one of "-+ "), suppress, nanstr, infstr); nanstr
+# and infstr are at most 15 bytes.
+_PrintOptions = tuple[int, int, int, int, int, str, bool, str, str]
+
+# The runtime's version, "MAJOR.MINOR.PATCH" (hcb_version_string()).
+version: str
+# The device key that means every device (HCB_ALL_DEVICES).
+ALL_DEVICES: Final = -1
+
+@final
+class Buffer:
+  """One XLA buffer seen by a buffer_callback: valid only while the callback
+  runs (afterwards every use raises ``RuntimeError``).  Inputs are
+  read-only.  Made only by the runtime."""
+
+  @property
+  def shape(self) -> tuple[int, ...]: ...
+  @property
+  def dtype(self) -> np.dtype[Any]: ...
+  # Always raises AttributeError: the buffer is in host (CPU) memory.
+  @property
+  def __cuda_array_interface__(self) -> NoReturn: ...
+  def __array__(self, dtype: npt.DTypeLike | None = None,
+                copy: bool | None = None) -> npt.NDArray[Any]:
+    """A numpy view of the buffer (no copy), or a copy with ``dtype`` or
+    ``copy=True``."""
+  def __dlpack__(self, *, stream: object = None,
+                 max_version: tuple[int, int] | None = None,
+                 dl_device: tuple[int, int] | None = None,
+                 copy: bool | None = None) -> CapsuleType:
+    """A DLPack capsule viewing the buffer; ``copy=True`` raises
+    ``BufferError``."""
+  def __dlpack_device__(self) -> tuple[int, int]:
+    """(device type, device id): (1, 0), kDLCPU."""
+  # The buffer protocol (PEP 3118; memoryview(buf)): zero-copy for the
+  # dtypes with a format code, BufferError for the others (bfloat16,
+  # float8) and for writable views of inputs.  Python exposes the method
+  # itself from 3.12.
+  def __buffer__(self, flags: int, /) -> memoryview: ...
+
+def configure(dtypes: tuple[np.dtype[Any] | None, ...],
+              device_lookup: Callable[[int], jax.Device],
+              on_error: Callable[[TapSite | CallSite | BufferSite,
+                                  BaseException], str],
+              tree_flatten: Callable[[Any], tuple[list[Any], Any]],
+              warn: Callable[[str], object], /) -> None:
+  """Sets the Python hooks: the numpy dtype of each hcb_dtype code (64
+  entries, None where there is none), the jax.Device of a device key, the
+  handler of a failing callback (site, exception) -> formatted traceback,
+  jax.tree_util.tree_flatten, and where the runtime's warnings go."""
+
+def in_tap() -> bool:
+  """Whether this thread is running a tap function."""
+
+def register_tap(site: TapSite, name: str, /) -> int:
+  """Registers a Python tap site; returns its id."""
+
+def register_call(site: CallSite, name: str, /) -> int:
+  """Registers a Python call site; returns its id."""
+
+def register_buffer_callback(site: BufferSite, name: str, /) -> int:
+  """Registers a Python buffer callback site; returns its id."""
+
+def register_print(site: TapSite, name: str, nodes: Sequence[_PrintNode],
+                   kv_before: str, kv_after: str, with_device: bool,
+                   devices: tuple[tuple[int, str], ...],
+                   options: _PrintOptions,
+                   stream: SupportsWrite[str] | None, /) -> int:
+  """Registers id_print's C target for ``site`` (whose func is a
+  host_callback._print.Printer); returns its id.  ``devices`` are (device
+  key, name) pairs; ``stream`` None means ``sys.stdout``."""
+
+def format_value(nodes: Sequence[_PrintNode],
+                 arrays: Sequence[npt.ArrayLike],
+                 options: _PrintOptions, /) -> str:
+  """The text of one value, laid out by ``nodes``, by the C printer."""
+
+def print_write(stream: SupportsWrite[str] | None, texts: tuple[str, ...],
+                /) -> None:
+  """Writes ``texts`` to ``stream`` (None: ``sys.stdout``) under id_print's
+  lock."""
+
+def register_native_tap(fn: int, user: int, name: str, /) -> int:
+  """Registers the C ``hcb_tap_fn`` at address ``fn`` with its ``void
+  *user``; returns its id."""
+
+def register_native_call(fn: int, user: int, name: str, /) -> int:
+  """Registers the C ``hcb_call_fn`` at address ``fn`` with its ``void
+  *user``; returns its id."""
+
+def submit_tap(callback_id: int, device_key: int,
+               arrays: Sequence[npt.ArrayLike], /) -> None:
+  """Queues a tap record of ``arrays`` (at most 256) for ``device_key``."""
+
+def run_call(callback_id: int, device_key: int,
+             args: Sequence[npt.ArrayLike],
+             outs: Sequence[npt.NDArray[Any]], ndevices: int, /) -> str | None:
+  """Runs a call target on ``args``, writing ``outs`` (C-contiguous,
+  writable) in place.  With ``ndevices`` > 0 a failure is parked for the
+  ``ndevices`` devices of a sharded computation and its message returned;
+  None when the call succeeded."""
+
+def ffi_handlers() -> dict[str, CapsuleType]:
+  """{name: capsule} of the XLA FFI handlers, for
+  jax.ffi.register_ffi_target."""
+
+def barrier(device_key: int | None = None, /) -> None:
+  """Waits (without the GIL) until the records submitted so far to
+  ``device_key`` (None: every device) are consumed."""
+
+def stop() -> None:
+  """Drains the queues and joins the consumer threads."""
+
+def shutdown() -> None:
+  """Stops, and never calls Python taps again (interpreter exit)."""
+
+def set_max_queue_bytes(n: int, /) -> None:
+  """The per-device queue bound in bytes."""
+
+def set_only_cpu_device(ordinal: int, /) -> None:
+  """The only CPU device's id, or -1 when there are several."""
+
+def stats(device_key: int | None = None, /) -> dict[str, int]:
+  """The runtime's counters, of ``device_key`` or (None) of every device."""
+
+def devices() -> list[int]:
+  """The device keys that have a queue."""
+
+def take_error() -> tuple[int, str]:
+  """(count, last message) of the callback errors since the last call."""
