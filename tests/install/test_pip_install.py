@@ -80,13 +80,19 @@ def _venv(where: pathlib.Path) -> pathlib.Path:
   return where / "bin" / "python"
 
 
+def _install_and_run_smoke(what: pathlib.Path, tmp_path: pathlib.Path) -> None:
+  """Installs ``what`` (a source tree or a wheel) into a fresh venv and runs
+  the first program there."""
+  py = _venv(tmp_path / "venv")
+  _run(py, "-m", "pip", "install", "-q", what)
+  done = _run(py, "-c", SMOKE, cwd=tmp_path)
+  assert SMOKE_OUTPUT in done.stdout, done.stdout + done.stderr
+
+
 def test_pip_install_with_build_isolation_into_a_fresh_venv(
     checkout: pathlib.Path, tmp_path: pathlib.Path) -> None:
   before = _snapshot(checkout)
-  py = _venv(tmp_path / "venv")
-  _run(py, "-m", "pip", "install", "-q", checkout)
-  done = _run(py, "-c", SMOKE, cwd=tmp_path)
-  assert SMOKE_OUTPUT in done.stdout, done.stdout + done.stderr
+  _install_and_run_smoke(checkout, tmp_path)
   # The build happened elsewhere: the source tree is as it was.
   assert _snapshot(checkout) == before
 
@@ -111,10 +117,7 @@ def test_sdist_carries_the_docs_and_builds_a_wheel(
   _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels,
        sdist)
   (wheel,) = wheels.glob("host_callback-*.whl")
-  py = _venv(tmp_path / "venv")
-  _run(py, "-m", "pip", "install", "-q", wheel)
-  done = _run(py, "-c", SMOKE, cwd=tmp_path)
-  assert SMOKE_OUTPUT in done.stdout, done.stdout + done.stderr
+  _install_and_run_smoke(wheel, tmp_path)
   assert _snapshot(checkout) == before
 
 
