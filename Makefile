@@ -3,7 +3,7 @@
 #               Python on every supported JAX, type checks and a pip install into a fresh venv
 #
 # Other targets: setup, install, ctest, ctest-asan, ctest-tsan, fuzz, pytest, pytest-matrix,
-# test-install, bench, bench-smoke, format, format-check, clean
+# test-install, typecheck, bench, bench-smoke, format, format-check, clean
 
 SHELL := /bin/bash
 # The supported combinations, one pin file each in requirements/: the first
@@ -25,7 +25,7 @@ PIP_INSTALL = HCB_WERROR=ON $(1)/bin/python -m pip install -q --no-build-isolati
 PYVER = $(patsubst py%,%,$(firstword $(subst -, ,$(1))))
 
 .PHONY: demo test setup debian install ctest ctest-asan ctest-tsan fuzz pytest pytest-matrix \
-  test-install bench bench-smoke format format-check clean
+  test-install typecheck bench bench-smoke format format-check clean
 
 demo: install
 	$(PY) examples/demo.py
@@ -111,7 +111,6 @@ test-install: setup
 # ---- type checks ([tool.mypy] in pyproject.toml) ---------------------------
 # The package as pip installed it in .venv (its modules, _hcb.pyi, py.typed),
 # then, strictly, a user program that uses every example of README.md.
-.PHONY: typecheck
 typecheck: install
 	$(PY) -m mypy -p host_callback
 	$(PY) -m mypy --strict tests/typing/readme_examples.py

@@ -31,6 +31,7 @@ from jax._src import sharding_impls as _sharding_impls
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import partial_eval as _pe
 from jax._src.lib import xla_client as _xc
+from jax.interpreters import batching as _batching
 
 # ---- evaluating a primitive eagerly -------------------------------------------
 
@@ -98,8 +99,6 @@ default_dce_rule: Callable[..., Any] = _pe._default_dce_rule
 # branches, **params): vmap of lax.cond; with a batched predicate it runs
 # both branches and selects.  jax.interpreters.batching re-exports the
 # registry.  JAX 0.10-0.12.
-from jax.interpreters import batching as _batching  # noqa: E402
-
 fancy_primitive_batchers: dict[Any, Callable[..., Any]] = (
     _batching.fancy_primitive_batchers)
 
