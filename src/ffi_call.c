@@ -17,7 +17,9 @@ XLA_FFI_Error *
 hcb__ffi_call_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame)
 {
     hcb_array stack_views[STACK_ARRAYS], *views = stack_views;
-    int64_t nargs = frame->args.size, nrets = frame->rets.size, i;
+    int64_t tokens = hcb__ffi_order_tokens(frame);
+    int64_t nargs = frame->args.size - tokens, i;
+    int64_t nrets = frame->rets.size - tokens;
     XLA_FFI_Error *xe;
     uint64_t id = 0;
     int32_t ordinal = 0;

@@ -17,9 +17,12 @@
 XLA_FFI_Error *
 hcb__ffi_forward_operands(XLA_FFI_CallFrame *frame, const char *handler)
 {
+    int64_t n = frame->args.size < frame->rets.size ? frame->args.size
+                                                    : frame->rets.size;
     int64_t i;
 
-    for (i = 0; i < frame->args.size && i < frame->rets.size; i++) {
+    n -= hcb__ffi_order_tokens(frame);
+    for (i = 0; i < n; i++) {
         const XLA_FFI_Buffer *in = (const XLA_FFI_Buffer *)frame->args.args[i];
         XLA_FFI_Buffer *out = (XLA_FFI_Buffer *)frame->rets.rets[i];
         hcb_array view = {HCB_INVALID, 0, NULL, NULL, 0};
@@ -39,7 +42,7 @@ hcb__ffi_forward_operands(XLA_FFI_CallFrame *frame, const char *handler)
 static XLA_FFI_Error *
 check_frame(XLA_FFI_CallFrame *frame, int64_t ntapped)
 {
-    int64_t i;
+    int64_t i, n = frame->args.size - hcb__ffi_order_tokens(frame);
 
     if (frame->args.size != frame->rets.size)
         return hcb_ffi_error(frame, HCB_EINVAL,
@@ -47,10 +50,10 @@ check_frame(XLA_FFI_CallFrame *frame, int64_t ntapped)
                              "result must alias its operand",
                              (long long)frame->args.size,
                              (long long)frame->rets.size);
-    if (ntapped < 0 || ntapped > frame->args.size)
+    if (ntapped < 0 || ntapped > n)
         return hcb_ffi_error(frame, HCB_EINVAL,
                              "hcb_tap: ntapped is %lld, expected 0..%lld",
-                             (long long)ntapped, (long long)frame->args.size);
+                             (long long)ntapped, (long long)n);
     for (i = 0; i < frame->args.size; i++) {
         if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER ||
             frame->rets.types[i] != XLA_FFI_RetType_BUFFER)

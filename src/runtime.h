@@ -16,9 +16,28 @@ XLA_FFI_Error *hcb__ffi_call_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame);
 int hcb__ffi_ordinal(hcb_runtime *rt, const XLA_FFI_CallFrame *frame,
                      int32_t *ordinal, hcb_error *err);
 
+/* Whether the frame's last operand and last result are tokens.  The
+ * lowering gives every ordered callback (taps, prints, calls) a token
+ * operand and a token result: a chain of them keeps XLA from reordering
+ * the callbacks of one program (python/host_callback/_order.py).  They
+ * carry no data; handlers skip them. */
+static inline int64_t
+hcb__ffi_order_tokens(const XLA_FFI_CallFrame *frame)
+{
+    int64_t na = frame->args.size, nr = frame->rets.size;
+
+    return na > 0 && nr > 0 &&
+           frame->args.types[na - 1] == XLA_FFI_ArgType_BUFFER &&
+           frame->rets.types[nr - 1] == XLA_FFI_RetType_BUFFER &&
+           ((const XLA_FFI_Buffer *)frame->args.args[na - 1])->dtype ==
+               XLA_FFI_DataType_TOKEN &&
+           ((const XLA_FFI_Buffer *)frame->rets.rets[nr - 1])->dtype ==
+               XLA_FFI_DataType_TOKEN;
+}
+
 /* Makes sure each result holds its operand, for handlers whose results
- * alias their operands (the first min(args, rets)).  XLA honours the
- * aliasing the lowering requests, so this is normally a pointer
+ * alias their operands (the first min(args, rets), order tokens aside).  XLA
+ * honours the aliasing the lowering requests, so this is normally a pointer
  * comparison; a copy is made only if a runtime ever hands us distinct
  * buffers. */
 XLA_FFI_Error *hcb__ffi_forward_operands(XLA_FFI_CallFrame *frame,

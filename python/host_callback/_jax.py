@@ -26,7 +26,9 @@ from typing import Any, Callable, Sequence
 import jax
 from jax._src import callback as _callback
 from jax._src import dispatch as _dispatch
+from jax._src import core as _core
 from jax._src import effects as _effects
+from jax._src import monitoring as _monitoring
 from jax._src import sharding_impls as _sharding_impls
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import partial_eval as _pe
@@ -50,6 +52,32 @@ def forget_runtime_tokens() -> None:
   JAX 0.10-0.12.
   """
   _dispatch.runtime_tokens.clear()
+
+
+# ---- program order (_order.py) ------------------------------------------------
+
+# dispatch.JAXPR_TO_MLIR_MODULE_EVENT: the jax.monitoring event that
+# pxla._cached_lowering_to_hlo reports around lowering a program to MLIR:
+# record_scalar at its start, record_event_duration_secs at its end (before
+# the module is compiled).  _order.py rewrites the module then.
+# JAX 0.10-0.12.
+LOWERING_EVENT: str = _dispatch.JAXPR_TO_MLIR_MODULE_EVENT
+
+
+def has_monitoring_listeners(on_start: Callable[..., Any],
+                             on_end: Callable[..., Any]) -> bool:
+  """Whether both listeners are registered with jax.monitoring
+  (monitoring._scalar_listeners and get_event_duration_listeners(); a user
+  may clear them with jax.monitoring.clear_event_listeners).
+  JAX 0.10-0.12."""
+  return (on_start in _monitoring._scalar_listeners and
+          on_end in _monitoring.get_event_duration_listeners())
+
+
+# core.abstract_token: the abstract value of a token, for the token operand
+# and result of ordered callbacks.  Public as jax.ffi.abstract_token from
+# JAX 0.11 (jax.core.abstract_token, deprecated, in 0.10).  JAX 0.10-0.12.
+abstract_token: Any = _core.abstract_token
 
 
 # ---- effects ------------------------------------------------------------------
@@ -188,6 +216,16 @@ def _check_cond_batcher() -> str | None:
 TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
     ("dispatch.apply_primitive",
      lambda: _has_params(apply_primitive, "prim")),
+    ("dispatch.JAXPR_TO_MLIR_MODULE_EVENT",
+     lambda: None if LOWERING_EVENT == "/jax/core/compile/jaxpr_to_mlir_module_duration"
+     else f"is {LOWERING_EVENT!r}"),
+    ("monitoring listener lists",
+     lambda: None if isinstance(_monitoring._scalar_listeners, list) and
+     isinstance(_monitoring.get_event_duration_listeners(), list)
+     else "are not lists"),
+    ("core.abstract_token",
+     lambda: None if type(abstract_token).__name__ == "AbstractToken"
+     else f"is a {type(abstract_token).__name__}"),
     ("dispatch.runtime_tokens.clear",
      lambda: None if callable(getattr(_dispatch.runtime_tokens, "clear", None))
      else "runtime_tokens has no clear()"),

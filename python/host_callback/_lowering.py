@@ -23,10 +23,12 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 from jax.core import ShapedArray
+from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import mlir
 
 from host_callback import _hcb
 from host_callback import _jax
+from host_callback import _order
 
 
 def _sharded_devices(ctx: mlir.LoweringRuleContext) -> int:
@@ -121,15 +123,32 @@ def lower(ctx: mlir.LoweringRuleContext, target: str, args: Sequence[Any], *,
           operand_output_aliases: dict[int, int] | None = None,
           **attributes: Any) -> Sequence[Any]:
   """Emits the custom call ``target`` with ``attributes`` (and the sharding
-  annotation the context needs); returns its results."""
+  annotation the context needs); returns its results.
+
+  A side-effecting callback also takes and returns a token, which
+  _order.py chains through the program so that callbacks run in program
+  order; here it takes a token of its own."""
   if _sharded_devices(ctx) > 1:
     return _lower_through_python(
         ctx, target, args, what=what, has_side_effect=has_side_effect,
         device_index=device_index, **attributes)
+  ordered = has_side_effect
   sharding = _op_sharding(ctx)
+  if ordered:
+    if isinstance(sharding, _jax.SdyArrayList) and ctx.avals_out:
+      # One more (replicated, rank 0) for the token result.
+      sharding = _jax.SdyArrayList((*sharding.shardings, _jax.SdyArray(
+          mesh_shape=(), dim_shardings=(), logical_device_ids=())))
+    token = _jax.abstract_token
+    ctx = ctx.replace(avals_in=(*ctx.avals_in, token),
+                      avals_out=(*ctx.avals_out, token))
+    args = (*args, hlo.create_token())
   op = jax.ffi.build_ffi_lowering_function(
       target, has_side_effect=has_side_effect,
       operand_output_aliases=operand_output_aliases)(ctx, *args, **attributes)
   if sharding is not None:
     _jax.set_sharding(ctx.module_context, op, sharding)
-  return op.results
+  if not ordered:
+    return op.results
+  _order.note(ctx)
+  return op.results[:-1]

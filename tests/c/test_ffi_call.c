@@ -139,6 +139,32 @@ test_call_fills_the_results(void **state)
     assert_int_equal(hcb_runtime_take_error(rt, NULL), 0);
 }
 
+/* The lowering adds a token operand and a token result to order callbacks
+ * (python/host_callback/_order.py): the call target never sees them. */
+static void
+test_order_tokens_are_not_passed_to_the_target(void **state)
+{
+    float x[3] = {1.0f, 2.0f, 3.0f}, y[3] = {0, 0, 0};
+    int32_t n = 0;
+    int64_t dx[1] = {3};
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    test_frame tf;
+
+    (void)state;
+    tf_init(&tf);
+    tf_add_arg(&tf, XLA_FFI_DataType_F32, x, 1, dx);
+    tf_add_arg(&tf, XLA_FFI_DataType_TOKEN, NULL, 0, NULL);
+    tf_add_ret(&tf, XLA_FFI_DataType_F32, y, 1, dx);
+    tf_add_ret(&tf, XLA_FFI_DataType_S32, &n, 0, NULL);
+    tf_add_ret(&tf, XLA_FFI_DataType_TOKEN, NULL, 0, NULL);
+    tf_add_u64(&tf, "callback_id", double_id);
+    assert_int_equal(run(&tf, msg), 0);
+    assert_int_equal(seen_nargs, 1);
+    assert_int_equal(seen_nresults, 2);
+    assert_true(y[2] == 6.0f);
+    assert_int_equal(n, 3);
+}
+
 static void
 test_failing_target_fails_the_call_and_is_recorded(void **state)
 {
@@ -357,6 +383,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_answers_metadata_probe_with_0_3),
         cmocka_unit_test(test_call_fills_the_results),
+        cmocka_unit_test(test_order_tokens_are_not_passed_to_the_target),
         cmocka_unit_test(test_failing_target_fails_the_call_and_is_recorded),
         cmocka_unit_test(test_unknown_ids_and_tap_ids_are_refused),
         cmocka_unit_test(test_malformed_frames_fail_cleanly),

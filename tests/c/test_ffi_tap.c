@@ -92,6 +92,40 @@ test_good_frame_taps_and_aliases(void **state)
     test_device_ordinal = 0;
 }
 
+/* The lowering adds a token operand and a token result to order callbacks
+ * (python/host_callback/_order.py): they are not tapped, not copied, and
+ * do not count against ntapped. */
+static void
+test_order_tokens_are_skipped(void **state)
+{
+    float x[2] = {4.5f, 5.5f};
+    int64_t dx[1] = {2};
+    test_frame tf;
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    size_t before = tu_sink_count(sink);
+
+    (void)state;
+    tf_init(&tf);
+    tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, dx, NULL);
+    tf_add_buffer(&tf, XLA_FFI_DataType_TOKEN, NULL, 0, NULL, NULL);
+    tf_add_u64(&tf, "callback_id", sink_id);
+    tf_add_i64(&tf, "ntapped", 1);
+    assert_int_equal(run(&tf, msg), 0);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(tu_sink_count(sink), before + 1);
+    assert_int_equal(last_nargs, 1);
+    assert_true(last_f32[1] == 5.5f);
+
+    /* ntapped may not reach into the token */
+    tf_init(&tf);
+    tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, dx, NULL);
+    tf_add_buffer(&tf, XLA_FFI_DataType_TOKEN, NULL, 0, NULL, NULL);
+    tf_add_u64(&tf, "callback_id", sink_id);
+    tf_add_i64(&tf, "ntapped", 2);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    assert_string_equal(msg, "hcb_tap: ntapped is 2, expected 0..1");
+}
+
 /* With the only CPU device known, the handler does not ask XLA: the record
  * goes to that device whatever DeviceOrdinal_Get would say. */
 static void
@@ -207,9 +241,17 @@ test_malformed_frames_fail_cleanly(void **state)
     assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
     assert_non_null(strstr(msg, "1 operands but 0 results"));
 
-    /* A token operand cannot be tapped. */
+    /* A token operand cannot be tapped: a last one orders the tap, and
+     * ntapped may not reach it; any other is no array. */
     tf_init(&tf);
     tf_add_buffer(&tf, XLA_FFI_DataType_TOKEN, NULL, 0, NULL, NULL);
+    tf_add_u64(&tf, "callback_id", sink_id);
+    tf_add_i64(&tf, "ntapped", 1);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    assert_string_equal(msg, "hcb_tap: ntapped is 1, expected 0..0");
+    tf_init(&tf);
+    tf_add_buffer(&tf, XLA_FFI_DataType_TOKEN, NULL, 0, NULL, NULL);
+    tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, d, NULL);
     tf_add_u64(&tf, "callback_id", sink_id);
     tf_add_i64(&tf, "ntapped", 1);
     assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_UNIMPLEMENTED);
@@ -246,6 +288,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_answers_metadata_probe_with_0_3),
         cmocka_unit_test(test_good_frame_taps_and_aliases),
+        cmocka_unit_test(test_order_tokens_are_skipped),
         cmocka_unit_test(test_only_cpu_device_is_used_without_asking_xla),
         cmocka_unit_test(test_unaliased_result_is_copied),
         cmocka_unit_test(test_zero_operands),

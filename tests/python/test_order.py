@@ -1,0 +1,223 @@
+"""Program order: on one device, taps, prints and calls run in the order the
+program issues them, whether or not their results are used, in straight-line
+code and inside every control-flow primitive (DESIGN.md section 3).
+
+Without the token chain (python/host_callback/_order.py) XLA reorders
+independent side-effecting custom calls: the straight-line and fori_loop
+cases below then fail on every run.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+import host_callback as hcb
+
+
+class Log:
+  """Records ``(label, value)`` for each callback, in the order they run."""
+
+  def __init__(self) -> None:
+    self.lock = threading.Lock()
+    self.events: list[tuple[str, Any]] = []
+
+  def tap(self, label: str) -> Callable[..., None]:
+    def tap_func(arg: Any, transforms: Any) -> None:
+      del transforms
+      with self.lock:
+        self.events.append((label, _plain(arg)))
+    tap_func.__qualname__ = f"tap_{label}"
+    return tap_func
+
+  def call(self, label: str) -> Callable[[Any], Any]:
+    def call_func(arg: Any) -> Any:
+      with self.lock:
+        self.events.append((label, _plain(arg)))
+      return arg
+    call_func.__qualname__ = f"call_{label}"
+    return call_func
+
+  def labels(self) -> list[str]:
+    return [label for label, _ in self.events]
+
+
+def _plain(arg: Any) -> Any:
+  if isinstance(arg, np.ndarray):
+    return arg.tolist()
+  return arg
+
+
+@pytest.fixture
+def log() -> Log:
+  return Log()
+
+
+def run(f: Callable[..., Any], *args: Any) -> Any:
+  out = jax.jit(f)(*args)
+  jax.block_until_ready(out)
+  hcb.barrier_wait()
+  return out
+
+
+def test_straight_line_with_unused_results(log: Log) -> None:
+  def f(x):
+    hcb.id_tap(log.tap("t1"), x)
+    hcb.call(log.call("call"), x, result_shape=x)
+    hcb.id_tap(log.tap("t2"), x)
+    hcb.id_tap(log.tap("t3"), x)
+    return x
+  for _ in range(3):
+    log.events.clear()
+    run(f, 1.0)
+    assert log.labels() == ["t1", "call", "t2", "t3"]
+
+
+def test_fori_loop_body_with_independent_taps(log: Log) -> None:
+  def body(i, carry):
+    hcb.id_tap(log.tap("a"), i)
+    hcb.id_tap(log.tap("b"), i)
+    return carry + 1.0
+  run(lambda x: jax.lax.fori_loop(0, 4, body, x), 0.0)
+  assert log.events == [(k, i) for i in range(4) for k in ("a", "b")]
+
+
+def test_progress_bar_pattern(log: Log) -> None:
+  """jax-tqdm 0.1.x: inside the loop, one cond creates the bar on the first
+  iteration and another updates it; the update must never come first."""
+  bars: dict[int, list[int]] = {}
+  errors: list[str] = []
+
+  def define(arg, transforms):
+    del transforms
+    bars[0] = []
+
+  def update(arg, transforms):
+    del transforms
+    if 0 not in bars:
+      errors.append(f"update {int(arg)} before define")
+    else:
+      bars[0].append(int(arg))
+
+  def body(i, carry):
+    jax.lax.cond(i == 0, lambda: hcb.id_tap(define, None, result=i),
+                 lambda: i)
+    jax.lax.cond(i % 2 == 0, lambda: hcb.id_tap(update, i, result=i),
+                 lambda: i)
+    return carry + 1.0
+
+  for _ in range(5):
+    bars.clear()
+    run(lambda x: jax.lax.fori_loop(0, 10, body, x), 0.0)
+    assert not errors
+    assert bars[0] == [0, 2, 4, 6, 8]
+
+
+def test_around_and_inside_loops_and_conds(log: Log) -> None:
+  def f(x):
+    hcb.id_tap(log.tap("before"), x)
+    def body(i, c):
+      hcb.id_tap(log.tap("body"), i)
+      return c
+    jax.lax.fori_loop(0, 2, body, x)
+    jax.lax.cond(x > 0, lambda: hcb.id_tap(log.tap("then"), x),
+                 lambda: hcb.id_tap(log.tap("else"), x))
+    hcb.id_tap(log.tap("after"), x)
+    return x
+  run(f, 1.0)
+  assert log.labels() == ["before", "body", "body", "then", "after"]
+
+
+def test_while_predicate_then_body(log: Log) -> None:
+  def cond(c):
+    hcb.id_tap(log.tap("pred"), c)
+    return c < 3
+  def body(c):
+    hcb.id_tap(log.tap("body"), c)
+    return c + 1
+  run(lambda x: jax.lax.while_loop(cond, body, x), 0)
+  assert log.events == [("pred", 0), ("body", 0), ("pred", 1), ("body", 1),
+                        ("pred", 2), ("body", 2), ("pred", 3)]
+
+
+def test_nested_jit(log: Log) -> None:
+  @jax.jit
+  def inner(x):
+    hcb.id_tap(log.tap("inner"), x)
+    return x * 2
+
+  def f(x):
+    hcb.id_tap(log.tap("outer1"), x)
+    y = inner(x + 1)  # no data from outer1's result
+    hcb.id_tap(log.tap("outer2"), x)
+    return y
+  for _ in range(3):
+    log.events.clear()
+    run(f, 1.0)
+    assert log.labels() == ["outer1", "inner", "outer2"]
+
+
+def test_scan_with_prints_and_taps() -> None:
+  events: list[str] = []
+
+  class Stream:
+    def write(self, s: str) -> None:
+      events.append("print:" + s.strip())
+
+  def step(c, x):
+    hcb.id_print(x, what="x", output_stream=Stream())
+    hcb.id_tap(lambda a, t: events.append(f"tap:{int(a)}"), x)
+    return c, None
+  run(lambda xs: jax.lax.scan(step, 0, xs), jnp.arange(3))
+  assert events == [e for i in range(3)
+                    for e in ("print:what: x", f"print:{i}", f"tap:{i}")]
+
+
+def test_checkpoint_and_grad_keep_forward_order(log: Log) -> None:
+  def f(x):
+    x = hcb.id_tap(log.tap("a"), x)
+    y = jnp.sin(x)
+    hcb.id_tap(log.tap("b"), x)
+    return y
+  jax.grad(jax.checkpoint(f))(1.0)
+  hcb.barrier_wait()
+  assert log.labels()[:2] == ["a", "b"]
+
+
+def test_shard_map_order_per_device() -> None:
+  mesh = Mesh(np.array(jax.devices()[:4]), ("i",))
+  per_device: dict[int, list[str]] = {}
+  lock = threading.Lock()
+
+  def tap(label):
+    def tap_func(arg, transforms, *, device):
+      del arg, transforms
+      with lock:
+        per_device.setdefault(device.id, []).append(label)
+    return tap_func
+
+  @functools.partial(jax.shard_map, mesh=mesh, in_specs=P("i"),
+                     out_specs=P("i"))
+  def f(x):
+    hcb.id_tap(tap("first"), x, tap_with_device=True)
+    hcb.id_tap(tap("second"), x, tap_with_device=True)
+    return x
+  run(f, jnp.arange(4.0))
+  assert per_device == {d.id: ["first", "second"] for d in jax.devices()[:4]}
+
+
+def test_order_costs_no_fast_dispatch() -> None:
+  """The chain is in the HLO only: the jitted function keeps JAX's C++ fast
+  path (no JAX effect) and its signature."""
+  f = jax.jit(lambda x: hcb.id_tap(lambda a, t: None, x) + 1)
+  text = f.lower(1.0).as_text()
+  assert "stablehlo.token" in text and "@main(%arg0: tensor<f32>)" in text
+  assert not f.trace(1.0).jaxpr.effects
