@@ -82,10 +82,17 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
     return outs
 
   ctx = ctx.replace(avals_in=(i32, *ctx.avals_in))
-  results, _, _ = _jax.emit_python_callback(
-      ctx, run_on_device, None, [*ordinal, *args], ctx.avals_in,
-      out_avals, has_side_effect=has_side_effect, returns_token=False,
+  # Ordered (see lower()): JAX's callback takes a token first and returns
+  # one first; marked, so that _order.py chains it with the others.
+  ordered = has_side_effect
+  results, token, _ = _jax.emit_python_callback(
+      ctx, run_on_device, hlo.create_token() if ordered else None,
+      [*ordinal, *args], ctx.avals_in, out_avals,
+      has_side_effect=has_side_effect, returns_token=ordered,
       sharding=_maximal(ctx, device_index))
+  if ordered:
+    _order.mark_python_callback(token.owner)
+    _order.note(ctx)
   # Results left on one device come back wrong when they leave the program
   # from a device other than the first (JAX's own callbacks too, in JAX
   # 0.10): replicate them, so every device holds the whole result.

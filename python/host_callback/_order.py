@@ -103,12 +103,37 @@ def _token_type() -> Any:
   return hlo.TokenType.get()
 
 
-def _is_ordered_callback(op: Any) -> bool:
-  if op.name != "stablehlo.custom_call":
-    return False
+_MARK = "hcb_order"  # a frontend attribute: "first" or "last"
+
+
+def mark_python_callback(op: Any) -> None:
+  """Marks JAX's Python-callback custom call ``op`` (the sharded path of
+  _lowering.py) as ordered; its token is its first operand and result."""
+  op = getattr(op, "operation", op)
+  key = "mhlo.frontend_attributes"
+  attrs = ({name: ir.DictAttr(op.attributes[key])[name]
+            for name in ir.DictAttr(op.attributes[key])}
+           if key in op.attributes else {})
+  attrs[_MARK] = ir.StringAttr.get("first")
+  op.attributes[key] = ir.DictAttr.get(attrs)
+
+
+def _token_slot(op: Any) -> int | None:
+  """Where an ordered callback keeps its token (the same index in its
+  operands and its results), None for any other op."""
+  if op.name != "stablehlo.custom_call" or not len(op.operands):
+    return None
   target = ir.StringAttr(op.attributes["call_target_name"]).value
-  return (target in ORDERED_TARGETS and len(op.operands) > 0 and
-          ir.Type.parse("!stablehlo.token") == op.operands[-1].type)
+  if target in ORDERED_TARGETS:
+    slot = len(op.operands) - 1
+  elif "mhlo.frontend_attributes" in op.attributes and _MARK in ir.DictAttr(
+      op.attributes["mhlo.frontend_attributes"]):
+    slot = 0
+  else:
+    return None
+  if not hlo.TokenType.isinstance(op.operands[slot].type):
+    return None
+  return slot
 
 
 def _ops(block: Any) -> Iterator[Any]:
@@ -141,7 +166,7 @@ class _Chainer:
 
   def has(self, op: Any) -> bool:
     """Whether ``op`` is, or holds, an ordered callback."""
-    if _is_ordered_callback(op):
+    if _token_slot(op) is not None:
       return True
     callee = self._callee(op)
     if callee is not None:
@@ -203,15 +228,16 @@ class _Chainer:
     after its last one."""
     for op in _ops(block):
       op = op.operation
-      if _is_ordered_callback(op):
-        fresh = op.operands[len(op.operands) - 1]
+      slot = _token_slot(op)
+      if slot is not None:
+        fresh = op.operands[slot]
         op.replace_uses_of_with(fresh, token)
-        owner = fresh.owner
-        if isinstance(owner, ir.Operation) or hasattr(owner, "operation"):
-          owner = getattr(owner, "operation", owner)
-          if not list(owner.results[0].uses):
-            owner.erase()
-        token = op.results[len(op.results) - 1]
+        made = getattr(fresh.owner, "operation", fresh.owner)
+        if (isinstance(made, ir.Operation) and
+            made.name == "stablehlo.create_token" and
+            not list(made.results[0].uses)):
+          made.erase()
+        token = op.results[slot if slot == 0 else len(op.results) - 1]
       elif not self.has(op):
         continue
       elif self._callee(op) is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from typing import Any, Callable
 
 import jax
@@ -18,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import Mesh
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import host_callback as hcb
@@ -221,3 +223,23 @@ def test_order_costs_no_fast_dispatch() -> None:
   text = f.lower(1.0).as_text()
   assert "stablehlo.token" in text and "@main(%arg0: tensor<f32>)" in text
   assert not f.trace(1.0).jaxpr.effects
+
+
+def test_sharded_jit_order_on_the_tapping_device() -> None:
+  """Under jit over sharded operands the taps go through JAX's Python
+  callback, pinned to device_index: they too run in program order."""
+  mesh = Mesh(np.array(jax.devices()[:4]), ("i",))
+  x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("i")))
+  events: list[str] = []
+
+  def f(x):
+    for label in "abc":
+      hcb.id_tap(lambda a, t, label=label: events.append(label), x)
+    return x
+  for _ in range(5):
+    events.clear()
+    run(f, x)
+    deadline = time.monotonic() + 10
+    while len(events) < 3 and time.monotonic() < deadline:
+      time.sleep(0.01)
+    assert events == ["a", "b", "c"]
