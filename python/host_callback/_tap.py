@@ -10,9 +10,11 @@ A tap lowers to one XLA custom call, ``hcb_tap`` (src/ffi_tap.c), whose
 operands are the tapped arrays followed by the arrays of ``result``, and
 whose results alias those operands: the computation continues with the same
 buffers, and the data dependence orders the tap (after its inputs are
-computed, before its outputs are used).  The custom call carries
-``has_side_effect`` and the primitive has no JAX effect, so jitted functions
-with taps keep JAX's C++ fast dispatch path.
+computed, before its outputs are used).  A token operand and result order
+it after the program's previous callback and before its next one
+(_order.py).  The custom call carries ``has_side_effect`` and the primitive
+has no JAX effect, so jitted functions with taps keep JAX's C++ fast
+dispatch path.
 """
 
 from __future__ import annotations
