@@ -243,3 +243,53 @@ def test_sharded_jit_order_on_the_tapping_device() -> None:
     while len(events) < 3 and time.monotonic() < deadline:
       time.sleep(0.01)
     assert events == ["a", "b", "c"]
+
+
+def test_nested_jit_in_conds_in_loops_and_zero_output_cond(log: Log) -> None:
+  """A jitted function called from two places (one private function, two
+  call sites), from a cond inside a loop, and a cond with no outputs."""
+  @jax.jit
+  def inner(x):
+    hcb.id_tap(log.tap("inner"), x)
+    return x
+
+  def f(x):
+    hcb.id_tap(log.tap("start"), x)
+    jax.lax.cond(x > 0, lambda: (hcb.id_tap(log.tap("cond"), x), None)[1],
+                 lambda: None)
+    inner(x)
+    inner(x + 1)
+    def body(i, c):
+      jax.lax.cond(i % 2 == 0, lambda: inner(i), lambda: i)
+      hcb.id_tap(log.tap("body"), i)
+      return c
+    jax.lax.fori_loop(0, 3, body, 0)
+    hcb.call(log.call("call"), x, result_shape=x)
+    hcb.id_tap(log.tap("end"), x)
+    return x
+  run(f, 1)
+  assert log.events == [
+      ("start", 1), ("cond", 1), ("inner", 1), ("inner", 2), ("inner", 0),
+      ("body", 0), ("body", 1), ("inner", 2), ("body", 2), ("call", 1),
+      ("end", 1)]
+
+
+def test_custom_vjp_rules_under_grad(log: Log) -> None:
+  @jax.custom_vjp
+  def h(x):
+    return jnp.sin(x)
+  def h_fwd(x):
+    hcb.id_tap(log.tap("fwd"), x)
+    return jnp.sin(x), x
+  def h_bwd(r, g):
+    hcb.id_tap(log.tap("bwd_g"), g)
+    hcb.id_tap(log.tap("bwd_r"), r)
+    return (g * jnp.cos(r),)
+  h.defvjp(h_fwd, h_bwd)
+
+  def k(x):
+    hcb.id_tap(log.tap("pre"), x)
+    return h(x)
+  jax.jit(jax.grad(k))(1.0)
+  hcb.barrier_wait()
+  assert log.labels() == ["pre", "fwd", "bwd_g", "bwd_r"]
