@@ -92,35 +92,51 @@ def test_fori_loop_body_with_independent_taps(log: Log) -> None:
   assert log.events == [(k, i) for i in range(4) for k in ("a", "b")]
 
 
-def test_progress_bar_pattern(log: Log) -> None:
-  """jax-tqdm 0.1.x: inside the loop, one cond creates the bar on the first
-  iteration and another updates it; the update must never come first."""
-  bars: dict[int, list[int]] = {}
+def test_progress_bar_pattern() -> None:
+  """The structure of jax-tqdm 0.1.x's loop_tqdm, which users run with the
+  old module: inside the loop body, one cond creates the bar on the first
+  iteration, two update it, and one closes it on the last, each a tap whose
+  result is unused.  Creating must come first and closing last."""
+  n, rate = 23, 5
+  remainder = n % rate
+  state: dict[str, Any] = {}
   errors: list[str] = []
 
   def define(arg, transforms):
-    del transforms
-    bars[0] = []
+    state["bar"] = 0
 
   def update(arg, transforms):
-    del transforms
-    if 0 not in bars:
-      errors.append(f"update {int(arg)} before define")
+    if "bar" not in state or "closed" in state:
+      errors.append(f"update by {int(arg)} with bar {state}")
     else:
-      bars[0].append(int(arg))
+      state["bar"] += int(arg)
+
+  def close(arg, transforms):
+    state["closed"] = state.get("bar")
+
+  def progress(i):
+    jax.lax.cond(i == 0,
+                 lambda _: hcb.id_tap(define, None, result=i),
+                 lambda _: i, operand=None)
+    jax.lax.cond((i % rate == 0) & (i != n - remainder),
+                 lambda _: hcb.id_tap(update, rate, result=i),
+                 lambda _: i, operand=None)
+    jax.lax.cond(i == n - remainder,
+                 lambda _: hcb.id_tap(update, remainder, result=i),
+                 lambda _: i, operand=None)
 
   def body(i, carry):
-    jax.lax.cond(i == 0, lambda: hcb.id_tap(define, None, result=i),
-                 lambda: i)
-    jax.lax.cond(i % 2 == 0, lambda: hcb.id_tap(update, i, result=i),
-                 lambda: i)
-    return carry + 1.0
+    progress(i)
+    result = carry + 1.0
+    return jax.lax.cond(i == n - 1,
+                        lambda _: hcb.id_tap(close, None, result=result),
+                        lambda _: result, operand=None)
 
   for _ in range(5):
-    bars.clear()
-    run(lambda x: jax.lax.fori_loop(0, 10, body, x), 0.0)
+    state.clear()
+    run(lambda x: jax.lax.fori_loop(0, n, body, x), 0.0)
     assert not errors
-    assert bars[0] == [0, 2, 4, 6, 8]
+    assert state == {"bar": n, "closed": n}
 
 
 def test_around_and_inside_loops_and_conds(log: Log) -> None:
