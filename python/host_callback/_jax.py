@@ -217,7 +217,8 @@ TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
     ("dispatch.apply_primitive",
      lambda: _has_params(apply_primitive, "prim")),
     ("dispatch.JAXPR_TO_MLIR_MODULE_EVENT",
-     lambda: None if LOWERING_EVENT == "/jax/core/compile/jaxpr_to_mlir_module_duration"
+     lambda: None if LOWERING_EVENT == (
+         "/jax/core/compile/jaxpr_to_mlir_module_duration")
      else f"is {LOWERING_EVENT!r}"),
     ("monitoring listener lists",
      lambda: None if isinstance(_monitoring._scalar_listeners, list) and

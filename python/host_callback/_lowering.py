@@ -18,7 +18,7 @@ devices run them.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import jax
 import numpy as np
@@ -144,8 +144,10 @@ def lower(ctx: mlir.LoweringRuleContext, target: str, args: Sequence[Any], *,
   if ordered:
     if isinstance(sharding, _jax.SdyArrayList) and ctx.avals_out:
       # One more (replicated, rank 0) for the token result.
-      sharding = _jax.SdyArrayList((*sharding.shardings, _jax.SdyArray(
-          mesh_shape=(), dim_shardings=(), logical_device_ids=())))
+      token_sharding = _jax.SdyArray(mesh_shape=(), dim_shardings=(),
+                                     logical_device_ids=())
+      sharding = _jax.SdyArrayList(
+          (*cast(Any, sharding).shardings, token_sharding))
     token = _jax.abstract_token
     ctx = ctx.replace(avals_in=(*ctx.avals_in, token),
                       avals_out=(*ctx.avals_out, token))

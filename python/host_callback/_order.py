@@ -63,14 +63,14 @@ _pending = _Pending()
 _lock = threading.Lock()
 
 
-def _on_start(event: str, value: float, **kwargs: Any) -> None:
+def _on_start(event: str, value: float, **kwargs: str | int) -> None:
   del value, kwargs
   if event == _jax.LOWERING_EVENT:
     _pending.frames.append([])
 
 
-def _on_end(event: str, duration: float, **kwargs: Any) -> None:
-  del duration, kwargs
+def _on_end(event: str, duration_secs: float, **kwargs: str | int) -> None:
+  del duration_secs, kwargs
   if event == _jax.LOWERING_EVENT and _pending.frames:
     for module in _pending.frames.pop():
       chain_module(module)
@@ -97,7 +97,7 @@ def note(ctx: mlir.LoweringRuleContext) -> None:
       frame.append(module)
 
 
-# ---- the rewrite --------------------------------------------------------------
+# ---- the rewrite ------------------------------------------------------------
 
 def _token_type() -> Any:
   return hlo.TokenType.get()
@@ -111,9 +111,11 @@ def mark_python_callback(op: Any) -> None:
   _lowering.py) as ordered; its token is its first operand and result."""
   op = getattr(op, "operation", op)
   key = "mhlo.frontend_attributes"
-  attrs = ({name: ir.DictAttr(op.attributes[key])[name]
-            for name in ir.DictAttr(op.attributes[key])}
-           if key in op.attributes else {})
+  attrs: dict[str, Any] = {}
+  if key in op.attributes:
+    old = ir.DictAttr(op.attributes[key])
+    for i in range(len(old)):
+      attrs[old[i].name] = old[i].attr
   attrs[_MARK] = ir.StringAttr.get("first")
   op.attributes[key] = ir.DictAttr.get(attrs)
 
@@ -181,9 +183,9 @@ class _Chainer:
     for name, func in list(self.funcs.items()):
       if not self.func_has(name):
         continue
-      visibility = func.attributes["sym_visibility"] if (
-          "sym_visibility" in func.attributes) else None
-      if visibility is not None and ir.StringAttr(visibility).value == "private":
+      private = ("sym_visibility" in func.attributes and ir.StringAttr(
+          func.attributes["sym_visibility"]).value == "private")
+      if private:
         self._private_func(func)
       else:  # main: a signature the caller relies on
         entry = func.regions[0].blocks[0]
