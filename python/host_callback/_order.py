@@ -38,6 +38,7 @@ without the order guarantee.
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Iterator
 
@@ -73,7 +74,14 @@ def _on_end(event: str, duration_secs: float, **kwargs: str | int) -> None:
   del duration_secs, kwargs
   if event == _jax.LOWERING_EVENT and _pending.frames:
     for module in _pending.frames.pop():
-      chain_module(module)
+      try:
+        chain_module(module)
+      except Exception:  # a failed lowering's module, or a bug here
+        # JAX reports the end of a lowering that raised too: never hide
+        # its error, nor stop a program for want of order.
+        logging.getLogger("host_callback").warning(
+            "host_callback: could not order the callbacks of a program; "
+            "they run, but possibly not in program order", exc_info=True)
 
 
 def ensure_listening() -> None:
