@@ -180,8 +180,10 @@ def test_id_print_prints_subnormals_as_numpy(name):
   dtype = np.dtype(getattr(ml_dtypes, name, None) or name)
   if name == "float8_e8m0fnu":  # 2**-127 is a float32 subnormal
     tiny = np.array([0, 1, 127], np.uint8).view(dtype)
+  elif name == "float16":
+    tiny = np.array([6e-8, -1e-7, 1], dtype)
   else:
-    tiny = np.array([1e-39, 6e-8, -1e-40, 1], dtype)
+    tiny = np.array([1e-39, 1], dtype)
   s = io.StringIO()
   jax.jit(lambda a: hcb.id_print(a, output_stream=s))(tiny)
   hcb.barrier_wait()
