@@ -7,8 +7,9 @@
  *   flags     bit 0: also print a value tree   bit 1: break the view's nbytes
  *             bit 2: NULL options (defaults)   bit 3: an out-of-memory round
  *             bit 4: dims NULL with rank > 0   bit 5: a bad struct_size
- *   dtype     index into `dtypes` (printable types, then float8 types the
- *             printer rejects); past the table: the raw byte as a code
+ *   dtype     index into `dtypes` (printable types, float8 types the
+ *             printer rejects, then the packed sub-byte types); past the
+ *             table: the raw byte as a code
  *   rank      % 5, then one byte per dim: % 8, or (b & 0x3f) if b & 0x80;
  *             the element count is then capped at MAX_ELEMS (halving dims)
  *   options   threshold, edgeitems, linewidth, precision, floatmode, sign,
@@ -75,7 +76,8 @@ static const hcb_dtype dtypes[] = {
     HCB_U8,     HCB_U16,      HCB_U32,           HCB_U64,        HCB_F16,
     HCB_F32,    HCB_F64,      HCB_C64,           HCB_C128,       HCB_BF16,
     HCB_F8E5M2, HCB_F8E4M3FN, HCB_F8E4M3B11FNUZ, HCB_F8E5M2FNUZ, HCB_F8E4M3FNUZ,
-    HCB_F8E4M3, HCB_F8E3M4,   HCB_F8E8M0FNU};
+    HCB_F8E4M3, HCB_F8E3M4,   HCB_F8E8M0FNU,     HCB_S2,         HCB_U2,
+    HCB_S4,     HCB_U4,       HCB_F4E2M1FN};
 #define NDTYPES NELEMS(dtypes)
 
 /* Picks from `table` by b % (n + 1); the extra slot gives `raw`. */
@@ -151,6 +153,12 @@ max_elem_text(hcb_dtype t)
     case HCB_U32:
     case HCB_U64:
         return 21;
+    case HCB_S2:
+    case HCB_U2:
+    case HCB_S4:
+    case HCB_U4:
+    case HCB_F4E2M1FN:
+        return 4; /* "-8", "-1.5" */
     case HCB_BF16:
         return 16;
     case HCB_C64:
@@ -367,7 +375,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     a.rank = rank;
     a.dims = flags & 0x10 ? NULL : dims;
-    nbytes = nelems * hcb_dtype_size(a.dtype);
+    nbytes =
+        hcb_dtype_bits(a.dtype) != 0 ? hcb_dtype_nbytes(a.dtype, nelems) : 0;
     a.nbytes = nbytes;
 
     take_options(&r, &opts, flags);

@@ -181,6 +181,77 @@ hcb_dtype_size(hcb_dtype dtype)
     }
 }
 
+size_t
+hcb_dtype_bits(hcb_dtype dtype)
+{
+    switch (dtype) {
+    case HCB_S2:
+    case HCB_U2:
+        return 2;
+    case HCB_S4:
+    case HCB_U4:
+    case HCB_F4E2M1FN:
+        return 4;
+    default:
+        return 8 * hcb_dtype_size(dtype);
+    }
+}
+
+size_t
+hcb_dtype_nbytes(hcb_dtype dtype, size_t count)
+{
+    size_t bits = hcb_dtype_bits(dtype);
+
+    if (bits == 0)
+        return SIZE_MAX;
+    if (bits < 8) /* count / per_byte, rounded up, without overflow */
+        return count / (8 / bits) + (count % (8 / bits) != 0);
+    if (count > SIZE_MAX / (bits / 8))
+        return SIZE_MAX;
+    return count * (bits / 8);
+}
+
+void
+hcb_unpack_elements(hcb_dtype dtype, const void *packed, size_t count,
+                    void *bytes)
+{
+    const uint8_t *in = packed;
+    uint8_t *out = bytes;
+    size_t bits = hcb_dtype_bits(dtype), i;
+    unsigned mask;
+
+    if (bits == 0 || bits >= 8) {
+        if (bits != 0 && count > 0)
+            memcpy(bytes, packed, hcb_dtype_nbytes(dtype, count));
+        return;
+    }
+    mask = (1u << bits) - 1;
+    for (i = 0; i < count; i++)
+        out[i] = (uint8_t)((in[i * bits / 8] >> (i * bits % 8)) & mask);
+}
+
+void
+hcb_pack_elements(hcb_dtype dtype, const void *bytes, size_t count,
+                  void *packed)
+{
+    const uint8_t *in = bytes;
+    uint8_t *out = packed;
+    size_t bits = hcb_dtype_bits(dtype), i;
+    unsigned mask;
+
+    if (bits == 0 || bits >= 8) {
+        if (bits != 0 && count > 0)
+            memcpy(packed, bytes, hcb_dtype_nbytes(dtype, count));
+        return;
+    }
+    if (count == 0)
+        return;
+    mask = (1u << bits) - 1;
+    memset(out, 0, hcb_dtype_nbytes(dtype, count));
+    for (i = 0; i < count; i++)
+        out[i * bits / 8] |= (uint8_t)((in[i] & mask) << (i * bits % 8));
+}
+
 const char *
 hcb_dtype_name(hcb_dtype dtype)
 {
@@ -221,6 +292,16 @@ hcb_dtype_name(hcb_dtype dtype)
         return "float8_e5m2";
     case HCB_F8E4M3FN:
         return "float8_e4m3fn";
+    case HCB_S2:
+        return "int2";
+    case HCB_U2:
+        return "uint2";
+    case HCB_S4:
+        return "int4";
+    case HCB_U4:
+        return "uint4";
+    case HCB_F4E2M1FN:
+        return "float4_e2m1fn";
     case HCB_F8E4M3B11FNUZ:
         return "float8_e4m3b11fnuz";
     case HCB_F8E5M2FNUZ:

@@ -18,6 +18,7 @@
  * JAX's pretty printer lays out id_print's value: a container goes on one
  * line when it fits, else one child per line, nested two columns deeper.
  */
+#include <fenv.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -198,6 +199,43 @@ load_float(hcb_dtype t, const void *p, hcb__fp *f, double *v)
             *v = ldexp((double)f->mantissa, f->exponent) *
                  (f->negative ? -1 : 1);
     }
+}
+
+/* Sub-byte types, one element per byte as numpy keeps them (make_shape
+ * unpacks them): ml_dtypes prints each element as its Python scalar does
+ * and numpy joins those texts unpadded, like bfloat16's. */
+static bool
+is_small(hcb_dtype t)
+{
+    return hcb_dtype_bits(t) > 0 && hcb_dtype_bits(t) < 8;
+}
+
+/* One unpacked sub-byte element as text: a decimal integer, or float4's
+ * value as ml_dtypes prints it (%g: "0.5", "-0", "6"). */
+static size_t
+format_small(hcb_dtype t, const void *p, char *out)
+{
+    unsigned v = *(const uint8_t *)p, bits = (unsigned)hcb_dtype_bits(t);
+    double x;
+    int len;
+
+    v &= (1u << bits) - 1;
+    if (t == HCB_F4E2M1FN) {
+        /* 1 sign, 2 exponent (bias 1), 1 mantissa bit; no inf or nan */
+        unsigned e = (v >> 1) & 3, m = v & 1;
+
+        x = e == 0 ? m * 0.5 : (1 + m * 0.5) * (double)(1u << e) / 2;
+        if (v & 8)
+            x = -x;
+        len = snprintf(out, 32, "%g", x);
+    } else if (t == HCB_S2 || t == HCB_S4) {
+        int sv = (v & (1u << (bits - 1))) ? (int)v - (1 << bits) : (int)v;
+
+        len = snprintf(out, 32, "%d", sv);
+    } else {
+        len = snprintf(out, 32, "%u", v);
+    }
+    return len < 0 ? 0 : (size_t)len;
 }
 
 static float
@@ -607,6 +645,8 @@ format_elem(const elem_format *ef, const char *p, char *out)
 {
     size_t n, m, end;
 
+    if (is_small(ef->type))
+        return format_small(ef->type, p, out);
     switch (ef->type) {
     case HCB_BOOL:
         if (*(const uint8_t *)p != 0) {
@@ -804,10 +844,12 @@ static bool
 printable(hcb_dtype t)
 {
     return t == HCB_BOOL || is_signed(t) || is_unsigned(t) || is_float(t) ||
-           is_complex(t) || t == HCB_BF16;
+           is_complex(t) || t == HCB_BF16 || is_small(t);
 }
 
-/* Checks a view and fills `sh`; *nelems gets the element count. */
+/* Checks a view and fills `sh`; *nelems gets the element count.  The
+ * layout reads sh->item bytes per element: for a sub-byte type, 1, from
+ * the unpacked copy append_array makes. */
 static int
 make_shape(shape *sh, const hcb_array *a, const hcb_print_options *o,
            size_t *nelems, hcb_error *err)
@@ -837,19 +879,19 @@ make_shape(shape *sh, const hcb_array *a, const hcb_print_options *o,
     }
     memset(sh, 0, offsetof(shape, strides));
     sh->a = a;
-    sh->item = hcb_dtype_size(a->dtype);
+    sh->item = is_small(a->dtype) ? 1 : hcb_dtype_size(a->dtype);
     sh->rank = a->rank;
     sh->dims = a->dims;
     if (n > 0 && a->data == NULL)
         return hcb_error_set(err, HCB_EINVAL,
                              "array of %zu %s elements has no data (NULL)", n,
                              hcb_dtype_name(a->dtype));
-    if (a->nbytes != n * sh->item)
+    if (a->nbytes != hcb_dtype_nbytes(a->dtype, n))
         return hcb_error_set(err, HCB_EINVAL,
                              "array of %zu %s elements has %zu bytes, "
                              "expected %zu",
                              n, hcb_dtype_name(a->dtype), a->nbytes,
-                             n * sh->item);
+                             hcb_dtype_nbytes(a->dtype, n));
     if (a->rank > 0) {
         sh->strides[a->rank - 1] = 1;
         for (d = a->rank - 1; d > 0; d--)
@@ -870,6 +912,7 @@ append_array(sbuf *out, const hcb_array *a, const hcb_print_options *o,
 {
     shape sh;
     elem_format ef;
+    hcb_array unpacked;
     size_t n = 0;
     int rc = make_shape(&sh, a, o, &n, err);
 
@@ -878,6 +921,15 @@ append_array(sbuf *out, const hcb_array *a, const hcb_print_options *o,
     if (n == 0) {
         sb_put(out, "[]", 2);
         return HCB_OK;
+    }
+    if (is_small(a->dtype)) { /* the layout reads one element per byte */
+        unpacked = *a;
+        unpacked.nbytes = n;
+        unpacked.data = hcb__malloc(n);
+        if (unpacked.data == NULL)
+            return hcb_error_set(err, HCB_ENOMEM, "out of memory formatting");
+        hcb_unpack_elements(a->dtype, a->data, n, unpacked.data);
+        sh.a = a = &unpacked;
     }
     fill_elem(&ef, &sh, o);
     if (sh.rank == 0) {
@@ -896,14 +948,16 @@ append_array(sbuf *out, const hcb_array *a, const hcb_print_options *o,
         if (l.line.oom)
             out->oom = true;
     }
+    if (a == &unpacked)
+        hcb__free(unpacked.data);
     return HCB_OK;
 }
 
 static const hcb_print_options default_options = HCB_PRINT_OPTIONS_INIT;
 
-HCB_API int
-hcb_format_array(const hcb_array *a, const hcb_print_options *opts, char *buf,
-                 size_t cap, size_t *len, hcb_error *err)
+static int
+format_array_in_default_env(const hcb_array *a, const hcb_print_options *opts,
+                            char *buf, size_t cap, size_t *len, hcb_error *err)
 {
     sbuf out = {0};
     int rc;
@@ -921,6 +975,24 @@ hcb_format_array(const hcb_array *a, const hcb_print_options *opts, char *buf,
         return rc;
     }
     return sb_finish(&out, buf, cap, len, err);
+}
+
+/* The printer compares and scales values in double: under a caller's
+ * flush-to-zero (XLA's threads set it) subnormals would print as 0, so it
+ * runs in the default floating-point environment and restores the
+ * caller's. */
+HCB_API int
+hcb_format_array(const hcb_array *a, const hcb_print_options *opts, char *buf,
+                 size_t cap, size_t *len, hcb_error *err)
+{
+    fenv_t env;
+    int rc;
+
+    fegetenv(&env);
+    fesetenv(FE_DFL_ENV);
+    rc = format_array_in_default_env(a, opts, buf, cap, len, err);
+    fesetenv(&env);
+    return rc;
 }
 
 /* ---- values (JAX's pretty printer, as id_print uses it) -------------------
@@ -1066,11 +1138,11 @@ render(tree *t, sbuf *out, size_t i, size_t indent, bool flat, size_t *col)
     return j;
 }
 
-HCB_API int
-hcb_format_value(const hcb_print_node *nodes, size_t nnodes,
-                 const hcb_array *arrays, size_t narrays,
-                 const hcb_print_options *opts, char *buf, size_t cap,
-                 size_t *len, hcb_error *err)
+static int
+format_value_in_default_env(const hcb_print_node *nodes, size_t nnodes,
+                            const hcb_array *arrays, size_t narrays,
+                            const hcb_print_options *opts, char *buf,
+                            size_t cap, size_t *len, hcb_error *err)
 {
     tree t;
     sbuf out = {0};
@@ -1123,4 +1195,21 @@ hcb_format_value(const hcb_print_node *nodes, size_t nnodes,
         return rc;
     }
     return sb_finish(&out, buf, cap, len, err);
+}
+
+HCB_API int
+hcb_format_value(const hcb_print_node *nodes, size_t nnodes,
+                 const hcb_array *arrays, size_t narrays,
+                 const hcb_print_options *opts, char *buf, size_t cap,
+                 size_t *len, hcb_error *err)
+{
+    fenv_t env;
+    int rc;
+
+    fegetenv(&env);
+    fesetenv(FE_DFL_ENV);
+    rc = format_value_in_default_env(nodes, nnodes, arrays, narrays, opts, buf,
+                                     cap, len, err);
+    fesetenv(&env);
+    return rc;
 }

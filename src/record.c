@@ -284,11 +284,10 @@ align_up(size_t n)
 static int
 check_view(const hcb_array *a, size_t i, hcb_error *err)
 {
-    size_t item = hcb_dtype_size(a->dtype);
-    size_t n = 1;
+    size_t n = 1, want;
     int32_t d;
 
-    if (item == 0)
+    if (hcb_dtype_bits(a->dtype) == 0)
         return hcb_error_set(err, HCB_EINVAL,
                              "argument %zu has unsupported type %s (code %d)",
                              i, hcb_dtype_name(a->dtype), (int)a->dtype);
@@ -310,11 +309,14 @@ check_view(const hcb_array *a, size_t i, hcb_error *err)
                                  i);
         n *= (size_t)a->dims[d];
     }
-    if (n > SIZE_MAX / item || n * item != a->nbytes)
+    want = hcb_dtype_nbytes(a->dtype, n);
+    if (want == SIZE_MAX)
+        return hcb_error_set(err, HCB_EINVAL, "argument %zu is too large", i);
+    if (want != a->nbytes)
         return hcb_error_set(err, HCB_EINVAL,
                              "argument %zu claims %zu bytes, its shape "
                              "holds %zu",
-                             i, a->nbytes, n * item);
+                             i, a->nbytes, want);
     if (a->nbytes > 0 && a->data == NULL)
         return hcb_error_set(err, HCB_EINVAL, "argument %zu has no data", i);
     return HCB_OK;

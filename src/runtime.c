@@ -42,6 +42,7 @@
  * consumer and starts a new one after the stop released the lifecycle lock,
  * so no record is left behind.  Nothing is cancelled.
  */
+#include <fenv.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -388,6 +389,11 @@ consumer_main(void *arg)
     size_t bytes = 0;
 
     current_consumer = ch;
+    /* A thread inherits its creator's floating-point environment, here
+     * often an XLA thread's, which flushes denormals to zero: tap functions
+     * (and numpy printing for them) compute as the program's own threads
+     * do, as under the removed module's receiver thread. */
+    fesetenv(FE_DFL_ENV);
     /* each pop reports the batch before it finished (queue.c counts it done) */
     while ((rec = hcb__queue_pop(&ch->queue, records, bytes)) != NULL) {
         records = 0;

@@ -12,8 +12,8 @@
  *
  * Everything here is `static inline` over this header, hcb.h and c_api.h
  * (`jax.ffi.include_dir()`); link libhcb for the few hcb_* functions they
- * call (hcb_error_set, hcb_dtype_name, hcb_dtype_size).  Errors go to an
- * `hcb_error *err` that may be NULL, as everywhere in libhcb.
+ * call (hcb_error_set, hcb_dtype_name, hcb_dtype_bits, hcb_dtype_nbytes).
+ * Errors go to an `hcb_error *err` that may be NULL, as everywhere in libhcb.
  *
  * The handlers report FFI API version 0.3 (HCB_FFI_API_MAJOR/MINOR), the
  * newest version every supported jaxlib accepts (JAX 0.10 ships FFI API 0.3,
@@ -200,18 +200,21 @@ hcb_ffi_take_error(const XLA_FFI_Api *api, XLA_FFI_Error *e, int code,
 #define HCB_ANY_RANK  (-1)
 
 /* Views an FFI buffer as an hcb_array (no copy).  Fails for tokens and
- * types without byte-addressable elements. */
+ * types without a size (S1, U1).  Sub-byte types (S2, U2, S4, U4,
+ * F4E2M1FN) are packed in XLA's buffers: `nbytes` counts the packed bytes
+ * (hcb_dtype_nbytes), and hcb_unpack_elements / hcb_pack_elements convert
+ * to and from one element per byte. */
 static inline int
 hcb_ffi_buffer_view(const XLA_FFI_Buffer *buf, hcb_array *out, hcb_error *err)
 {
-    size_t item = hcb_dtype_size((hcb_dtype)buf->dtype);
+    hcb_dtype dtype = (hcb_dtype)buf->dtype;
     size_t n = 1;
     int64_t i;
 
-    if (item == 0)
-        return hcb_error_set(
-            err, HCB_EUNIMPL, "unsupported buffer type %s (XLA type %d)",
-            hcb_dtype_name((hcb_dtype)buf->dtype), (int)buf->dtype);
+    if (hcb_dtype_bits(dtype) == 0)
+        return hcb_error_set(err, HCB_EUNIMPL,
+                             "unsupported buffer type %s (XLA type %d)",
+                             hcb_dtype_name(dtype), (int)buf->dtype);
     if (buf->rank < 0 || buf->rank > HCB_MAX_RANK)
         return hcb_error_set(err, HCB_EINVAL, "buffer rank %lld out of range",
                              (long long)buf->rank);
@@ -222,11 +225,11 @@ hcb_ffi_buffer_view(const XLA_FFI_Buffer *buf, hcb_array *out, hcb_error *err)
                                  (long long)i);
         n *= (size_t)buf->dims[i];
     }
-    out->dtype = (hcb_dtype)buf->dtype;
+    out->dtype = dtype;
     out->rank = (int32_t)buf->rank;
     out->dims = buf->dims;
     out->data = buf->data;
-    out->nbytes = n * item;
+    out->nbytes = hcb_dtype_nbytes(dtype, n);
     return HCB_OK;
 }
 

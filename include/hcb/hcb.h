@@ -133,17 +133,46 @@ typedef enum hcb_dtype {
     HCB_C128 = 18,
     HCB_F8E5M2 = 19,
     HCB_F8E4M3FN = 20,
+    HCB_S4 = 21,
+    HCB_U4 = 22,
     HCB_F8E4M3B11FNUZ = 23,
     HCB_F8E5M2FNUZ = 24,
     HCB_F8E4M3FNUZ = 25,
+    HCB_S2 = 26,
+    HCB_U2 = 27,
     HCB_F8E4M3 = 28,
     HCB_F8E3M4 = 29,
+    HCB_F4E2M1FN = 32,
     HCB_F8E8M0FNU = 33
 } hcb_dtype;
 
 /* Bytes per element, or 0 for a type that has no byte-addressable elements
- * here (invalid, token, sub-byte types). */
+ * (invalid, token, and the sub-byte types S2, U2, S4, U4, F4E2M1FN). */
 HCB_API size_t hcb_dtype_size(hcb_dtype dtype);
+
+/* Bits per element (1 to 128), or 0 for invalid and token.  Below 8 the
+ * type is a sub-byte type: see hcb_dtype_nbytes. */
+HCB_API size_t hcb_dtype_bits(hcb_dtype dtype);
+
+/* The bytes `count` elements take in XLA's layout, the layout of every
+ * hcb_array (XLA buffers, records, what native callbacks see):
+ * count * hcb_dtype_size, except that sub-byte elements are packed, 8 / bits
+ * to a byte, element i in bits (i * bits) % 8 and up of byte i * bits / 8
+ * (the low bits first), the last byte padded with zero bits.  SIZE_MAX when
+ * the type has no size or the count overflows. */
+HCB_API size_t hcb_dtype_nbytes(hcb_dtype dtype, size_t count);
+
+/* Converts `count` elements of a sub-byte type between XLA's packed layout
+ * and numpy's (ml_dtypes': one element per byte, in its low bits, the high
+ * bits zero).  unpack reads hcb_dtype_nbytes(dtype, count) bytes of
+ * `packed` and writes `count` bytes to `bytes`; pack the reverse (it reads
+ * only the low bits of each byte and zeroes the padding).  For the other
+ * types both copy hcb_dtype_nbytes(dtype, count) bytes.  The buffers are
+ * borrowed for the call and must not overlap. */
+HCB_API void hcb_unpack_elements(hcb_dtype dtype, const void *packed,
+                                 size_t count, void *bytes);
+HCB_API void hcb_pack_elements(hcb_dtype dtype, const void *bytes, size_t count,
+                               void *packed);
 
 /* numpy's name for the type ("float32", "bfloat16", "bool"), or "invalid". */
 HCB_API const char *hcb_dtype_name(hcb_dtype dtype);
@@ -158,7 +187,7 @@ typedef struct hcb_array {
     int32_t rank;        /* 0 .. HCB_MAX_RANK */
     const int64_t *dims; /* `rank` extents; may be NULL when rank is 0 */
     void *data;          /* may be NULL when nbytes is 0 */
-    size_t nbytes;       /* product(dims) * hcb_dtype_size(dtype) */
+    size_t nbytes;       /* hcb_dtype_nbytes(dtype, product(dims)) */
 } hcb_array;
 
 /* ------------------------------------------------------------------------ */

@@ -148,20 +148,37 @@ hcb_py_array_view(PyObject *descr, int rank, const int64_t *dims, void *data,
 #define COPY_MAX 4096
 
 /* An array of `a`'s data: over it, kept alive by `owner`, or a copy when
- * `owner` is NULL. */
+ * `owner` is NULL or the type is packed (sub-byte types: numpy keeps one
+ * element per byte). */
 static PyObject *
 array_of(hcb_state *st, const hcb_array *a, PyObject *owner)
 {
     PyObject *descr = hcb_py_descr(st, a->dtype), *arr;
+    bool packed = hcb_py_packed(a->dtype);
 
     if (descr == NULL)
         return NULL;
-    if (owner != NULL)
+    if (owner != NULL && !packed)
         return hcb_py_array_view(descr, a->rank, a->dims, a->data, 1, owner);
     arr = hcb_py_array_view(descr, a->rank, a->dims, NULL, 0, NULL);
     if (arr != NULL && a->nbytes > 0)
-        memcpy(PyArray_DATA((PyArrayObject *)arr), a->data, a->nbytes);
+        hcb_unpack_elements(a->dtype, a->data,
+                            (size_t)PyArray_SIZE((PyArrayObject *)arr),
+                            PyArray_DATA((PyArrayObject *)arr));
     return arr;
+}
+
+void
+hcb_py_store(const hcb_array *res, const void *data)
+{
+    size_t n = 1;
+    int32_t i;
+
+    if (res->nbytes == 0)
+        return;
+    for (i = 0; i < res->rank; i++)
+        n *= (size_t)res->dims[i];
+    hcb_pack_elements(res->dtype, data, n, res->data);
 }
 
 PyObject *
@@ -348,6 +365,32 @@ dtype_code(hcb_state *st, PyArray_Descr *d, hcb_dtype *out)
     return -1;
 }
 
+/* A sub-byte array is packed into a bytearray (the layout of hcb_arrays,
+ * hcb_dtype_nbytes) that `view` then points to; `*keep` becomes the pair
+ * (array, bytearray), which hcb_py_views_done unpacks back. */
+static int
+pack_view(hcb_array *view, PyObject **keep)
+{
+    PyArrayObject *arr = (PyArrayObject *)*keep;
+    size_t n = (size_t)PyArray_SIZE(arr);
+    PyObject *packed, *pair;
+
+    packed = PyByteArray_FromStringAndSize(
+        NULL, (Py_ssize_t)hcb_dtype_nbytes(view->dtype, n));
+    if (packed == NULL)
+        return -1;
+    hcb_pack_elements(view->dtype, PyArray_DATA(arr), n,
+                      PyByteArray_AS_STRING(packed));
+    pair = PyTuple_Pack(2, (PyObject *)arr, packed);
+    Py_DECREF(packed);
+    if (pair == NULL)
+        return -1;
+    Py_SETREF(*keep, pair);
+    view->data = PyByteArray_AS_STRING(PyTuple_GET_ITEM(pair, 1));
+    view->nbytes = hcb_dtype_nbytes(view->dtype, n);
+    return 0;
+}
+
 Py_ssize_t
 hcb_py_views_of(hcb_state *st, PyObject *seq, hcb_array *views, PyObject **keep,
                 Py_ssize_t cap, int writable)
@@ -376,6 +419,26 @@ hcb_py_views_of(hcb_state *st, PyObject *seq, hcb_array *views, PyObject **keep,
         views[i].dims = (const int64_t *)PyArray_DIMS(arr);
         views[i].data = PyArray_DATA(arr);
         views[i].nbytes = (size_t)PyArray_NBYTES(arr);
+        if (hcb_py_packed(views[i].dtype) && pack_view(&views[i], &keep[i]))
+            return -1;
     }
     return n;
+}
+
+void
+hcb_py_views_done(const hcb_array *views, PyObject **keep, Py_ssize_t n)
+{
+    Py_ssize_t i;
+
+    for (i = 0; i < n; i++) {
+        PyObject *k = keep[i];
+
+        if (k != NULL && PyTuple_Check(k)) { /* (array, packed bytearray) */
+            PyArrayObject *arr = (PyArrayObject *)PyTuple_GET_ITEM(k, 0);
+
+            hcb_unpack_elements(views[i].dtype,
+                                PyByteArray_AS_STRING(PyTuple_GET_ITEM(k, 1)),
+                                (size_t)PyArray_SIZE(arr), PyArray_DATA(arr));
+        }
+    }
 }

@@ -39,6 +39,12 @@ typedef struct {
     hcb_device device;
     Py_ssize_t shape[HCB_MAX_RANK];
     Py_ssize_t strides[HCB_MAX_RANK];
+    /* A sub-byte type is packed in XLA's buffer but one element per byte in
+     * numpy: `data` is then `staging` (owned, PyMem_Raw), an unpacked copy
+     * of `xla` (XLA's buffer, borrowed for the call), packed back into it
+     * when the callback returns (buffer_release); else `staging` is NULL. */
+    void *staging;
+    hcb_array xla;
 } buffer_object;
 
 static int
@@ -60,6 +66,7 @@ buffer_dealloc(PyObject *self)
     PyTypeObject *tp = Py_TYPE(self);
 
     Py_XDECREF(((buffer_object *)self)->descr);
+    PyMem_RawFree(((buffer_object *)self)->staging);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -438,13 +445,35 @@ buffer_new(hcb_state *st, const hcb_array *a, hcb_device device, int readonly)
     b->readonly = readonly;
     b->nbytes = (Py_ssize_t)a->nbytes;
     b->device = device;
-    stride = (Py_ssize_t)hcb_dtype_size(a->dtype);
+    b->staging = NULL;
+    b->xla = *a;
+    stride = hcb_py_packed(a->dtype) ? 1 : (Py_ssize_t)hcb_dtype_size(a->dtype);
     for (i = a->rank - 1; i >= 0; i--) {
         b->shape[i] = (Py_ssize_t)a->dims[i];
         b->strides[i] = stride;
         stride *= b->shape[i];
     }
+    if (hcb_py_packed(a->dtype)) { /* stride is now the element count */
+        b->staging = PyMem_RawMalloc(stride > 0 ? (size_t)stride : 1);
+        if (b->staging == NULL) {
+            Py_DECREF(b);
+            return PyErr_NoMemory();
+        }
+        hcb_unpack_elements(a->dtype, a->data, (size_t)stride, b->staging);
+        b->data = b->staging;
+        b->nbytes = stride;
+    }
     return (PyObject *)b;
+}
+
+/* Ends a Buffer's use of XLA's memory when its callback returns: a packed
+ * result gets what the callback wrote; then every use raises. */
+static void
+buffer_release(buffer_object *b)
+{
+    if (b->staging != NULL && !b->readonly)
+        hcb_py_store(&b->xla, b->staging);
+    b->data = NULL;
 }
 
 /* ---- the call --------------------------------------------------------------
@@ -554,7 +583,7 @@ hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
         result = call_callback(t, device, buffers, nargs);
     /* XLA's memory is valid only until we return. */
     for (i = 0; buffers != NULL && i < PyList_GET_SIZE(buffers); i++)
-        ((buffer_object *)PyList_GET_ITEM(buffers, i))->data = NULL;
+        buffer_release((buffer_object *)PyList_GET_ITEM(buffers, i));
     Py_XDECREF(buffers);
     if (result == NULL) {
         rc = hcb_py_raised(&t->base, what, err);

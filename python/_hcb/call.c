@@ -164,7 +164,8 @@ is_python_scalar(PyObject *obj)
 static bool
 python_scalar_fits(PyObject *obj, hcb_dtype d)
 {
-    bool is_int = d >= HCB_S8 && d <= HCB_U64;
+    bool is_int = (d >= HCB_S8 && d <= HCB_U64) || d == HCB_S2 || d == HCB_U2 ||
+                  d == HCB_S4 || d == HCB_U4;
     bool is_complex = d == HCB_C64 || d == HCB_C128;
     bool is_float = d != HCB_BOOL && !is_int && !is_complex;
 
@@ -274,10 +275,14 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
     }
 
     if (is_python_scalar(leaf) && !PyArray_IsScalar(leaf, Generic)) {
+        _Alignas(16) char one[16]; /* one element, numpy's layout */
+
         if (res->rank != 0 || !python_scalar_fits(leaf, res->dtype))
             return leaf_mismatch(t, PyExc_TypeError, err, LEAF_DIFFERS, leaf,
                                  res, where, NULL);
-        if (PyArray_Pack(want, res->data, leaf) < 0) {
+        if (PyArray_Pack(want, one, leaf) >= 0) {
+            hcb_py_store(res, one);
+        } else {
             PyObject *exc = hcb_py_fetch_exception();
             PyObject *s = exc != NULL ? PyObject_Str(exc) : NULL;
 
@@ -311,16 +316,21 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
         rc = leaf_mismatch(t, PyExc_TypeError, err, LEAF_DIFFERS,
                            (PyObject *)arr, res, where, NULL);
     } else if (exact && PyArray_ISCARRAY_RO(arr) && PyArray_ISNOTSWAPPED(arr)) {
-        if (res->nbytes > 0)
-            memcpy(res->data, PyArray_DATA(arr), res->nbytes);
+        hcb_py_store(res, PyArray_DATA(arr));
     } else {
-        PyObject *dst = hcb_py_array_view((PyObject *)want, res->rank,
-                                          res->dims, res->data, 1, NULL);
+        /* numpy converts into the result buffer, or for a packed type into
+         * an array of its own that is then packed into it */
+        bool packed = hcb_py_packed(res->dtype);
+        PyObject *dst =
+            hcb_py_array_view((PyObject *)want, res->rank, res->dims,
+                              packed ? NULL : res->data, 1, NULL);
 
         if (dst == NULL || PyArray_CopyInto((PyArrayObject *)dst, arr) < 0) {
             PyErr_Clear();
             rc = leaf_mismatch(t, PyExc_ValueError, err, LEAF_CANNOT_COPY,
                                (PyObject *)arr, res, where, NULL);
+        } else if (packed) {
+            hcb_py_store(res, PyArray_DATA((PyArrayObject *)dst));
         }
         Py_XDECREF(dst);
     }

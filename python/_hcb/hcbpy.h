@@ -12,6 +12,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #include "hcb/hcb.h"
 
@@ -123,9 +124,26 @@ PyType_Spec *hcb_py_owner_spec(void);
 /* Views each array of the sequence `seq` (PySequence_Fast; at most `cap`)
  * as an hcb_array, made C-contiguous (references kept in `keep`, which the
  * caller releases, also on error); `writable` asks for arrays written in
- * place.  Returns the count, or -1 with an exception set. */
+ * place (then call hcb_py_views_done after the writes).  Sub-byte arrays
+ * are viewed through a packed copy.  Returns the count, or -1 with an
+ * exception set. */
 Py_ssize_t hcb_py_views_of(hcb_state *st, PyObject *seq, hcb_array *views,
                            PyObject **keep, Py_ssize_t cap, int writable);
+/* After a call that wrote into writable views of hcb_py_views_of: copies
+ * what was written to packed (sub-byte) views back into their arrays. */
+void hcb_py_views_done(const hcb_array *views, PyObject **keep, Py_ssize_t n);
+/* Whether arrays of `dtype` are packed in hcb_arrays (sub-byte types) but
+ * one element per byte in numpy. */
+static inline bool
+hcb_py_packed(hcb_dtype dtype)
+{
+    size_t bits = hcb_dtype_bits(dtype);
+
+    return bits > 0 && bits < 8;
+}
+/* Writes a result: `data` (C order, numpy's layout, res->dtype) into
+ * `res` (XLA's layout: packed for sub-byte types). */
+void hcb_py_store(const hcb_array *res, const void *data);
 /* The runtime's log sink (hcb_log_fn); `user` is the module state. */
 void hcb_py_log(void *user, const char *message);
 

@@ -96,13 +96,14 @@ hcb_py_run_call(hcb_state *st, PyObject *args)
         Py_BEGIN_ALLOW_THREADS rc = hcb_runtime_call_shared(
             st->rt, id, (hcb_device)key, in_views, (size_t)nin, out_views,
             (size_t)nout, (int64_t)ndevices, &parked, &err);
-        Py_END_ALLOW_THREADS if (rc == HCB_OK)
-        {
+        Py_END_ALLOW_THREADS hcb_py_views_done(out_views, keep_out, nout);
+        if (rc == HCB_OK) {
             Py_INCREF(Py_None);
             result = Py_None;
-        }
-        else if (parked) result = PyUnicode_FromString(err.message);
-        else raise_error(&err);
+        } else if (parked)
+            result = PyUnicode_FromString(err.message);
+        else
+            raise_error(&err);
     }
     for (i = 0; i < MAX_ARRAYS; i++) {
         Py_XDECREF(keep_in[i]);

@@ -24,15 +24,30 @@ bench/internals.py.
 both branches: every branch would run, and its callbacks with it.  That is
 refused with an error naming the combination (JAX refuses it for its own
 IO callbacks too).
+
+3. ``vmap`` of ``while_loop`` whose predicate holds a callback.  With a
+batched predicate JAX's lowering evaluates the predicate twice per
+iteration (in the loop's condition, and in its body for the mask that
+keeps finished elements), so its taps would run twice.  The batching rule
+of ``while`` is wrapped to batch, instead, the loop the removed module made
+of it: the predicate evaluated once before the loop and once at the end of
+each body, its value carried (the loop's condition only reads it).  The
+predicate's callbacks then run once per iteration, after the body's, in
+program order, with the batch of predicates: as many times as without vmap
+(iterations + 1).  Elements already finished get their predicate evaluated
+on the body's discarded result, as under the removed module.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+import jax
+from jax import lax
 from jax.extend.core import Jaxpr
 from jax.extend.core import JaxprEqn
 from jax.extend.core import Primitive
+from jax.extend.core import jaxpr_as_fun
 from jax.extend.core import jaxprs_in_params
 from jax.extend.core import primitives as jax_primitives
 
@@ -133,13 +148,70 @@ def _wrap_cond_batching() -> None:
     batchers[jax_primitives.cond_p] = _refusing_batched_cond(rule)
 
 
+def _while_with_carried_predicate(cond_nconsts: int, cond_jaxpr: Any,
+                                  body_nconsts: int, body_jaxpr: Any
+                                  ) -> Callable[..., list[Any]]:
+  """The loop ``while cond(c): c = body(c)`` as a function of the while
+  equation's operands, written so that ``cond`` runs once per iteration:
+  ``p = cond(c); while p: c = body(c); p = cond(c)``."""
+  cond_fun = jaxpr_as_fun(cond_jaxpr)
+  body_fun = jaxpr_as_fun(body_jaxpr)
+
+  def loop(*args: Any) -> list[Any]:
+    cconsts, bconsts, init = (args[:cond_nconsts],
+                              args[cond_nconsts:cond_nconsts + body_nconsts],
+                              args[cond_nconsts + body_nconsts:])
+
+    def body(carry: tuple[Any, list[Any]]) -> tuple[Any, list[Any]]:
+      new = list(body_fun(*bconsts, *carry[1]))
+      (pred,) = cond_fun(*cconsts, *new)
+      return pred, new
+
+    (pred,) = cond_fun(*cconsts, *init)
+    _, out = lax.while_loop(lambda carry: carry[0], body, (pred, list(init)))
+    return out
+
+  return loop
+
+
+def _predicate_once_batched_while(rule: Callable[..., Any]
+                                  ) -> Callable[..., Any]:
+  def while_batching_rule(axis_data: Any, args: Any, dims: Any, *,
+                          cond_nconsts: int, cond_jaxpr: Any,
+                          body_nconsts: int, body_jaxpr: Any) -> Any:
+    name, size, spmd_name, mesh_axis = _jax.vmap_axis(axis_data)
+    if (mesh_axis is not None or all(d is None for d in dims) or
+        not _jaxpr_holds_callback(cond_jaxpr.jaxpr)):
+      return rule(axis_data, args, dims, cond_nconsts=cond_nconsts,
+                  cond_jaxpr=cond_jaxpr, body_nconsts=body_nconsts,
+                  body_jaxpr=body_jaxpr)
+    # The rewritten loop's condition holds no callback: batching it comes
+    # back here and goes on to JAX's rule.
+    loop = _while_with_carried_predicate(cond_nconsts, cond_jaxpr,
+                                         body_nconsts, body_jaxpr)
+    outs = jax.vmap(loop, in_axes=tuple(dims), out_axes=0, axis_size=size,
+                    axis_name=name, spmd_axis_name=spmd_name)(*args)
+    return list(outs), [0] * len(outs)
+
+  setattr(while_batching_rule, "__wrapped__", rule)  # JAX's rule
+  return while_batching_rule
+
+
+def _wrap_while_batching() -> None:
+  batchers = _jax.fancy_primitive_batchers
+  rule = batchers[jax_primitives.while_p]
+  if not hasattr(rule, "__wrapped__"):
+    batchers[jax_primitives.while_p] = _predicate_once_batched_while(rule)
+
+
 _wrapped_count = -1  # how many DCE rules JAX had when they were last wrapped
 
 
 def keep_containers() -> None:
   """Makes JAX keep containers (scan, while, cond, jit, ...) whose body
-  holds one of our callbacks, and refuse vmap of a cond whose branches hold
-  one.  Our primitives' abstract evaluation calls it, so it happens when the
+  holds one of our callbacks, refuse vmap of a cond whose branches hold
+  one, and batch a while whose predicate holds one with the predicate
+  evaluated once per iteration.  Our primitives' abstract evaluation calls it, so it happens when the
   first program with a callback is traced; after that it is one comparison.
   Rules that JAX registers later (a module imported afterwards) are wrapped
   at the next call."""
@@ -148,4 +220,5 @@ def keep_containers() -> None:
     return
   _wrap_container_rules()
   _wrap_cond_batching()
+  _wrap_while_batching()
   _wrapped_count = len(_jax.dce_rules)

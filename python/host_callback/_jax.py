@@ -130,6 +130,26 @@ default_dce_rule: Callable[..., Any] = _pe._default_dce_rule
 fancy_primitive_batchers: dict[Any, Callable[..., Any]] = (
     _batching.fancy_primitive_batchers)
 
+# ---- batching of while --------------------------------------------------------
+
+# batching.fancy_primitive_batchers[while_p] = rule(axis_data, args, dims, *,
+# cond_nconsts, cond_jaxpr, body_nconsts, body_jaxpr): vmap of
+# lax.while_loop.  With a batched predicate the loop runs while any element's
+# predicate holds, and XLA's lowering of it evaluates the predicate twice per
+# iteration: in the loop's condition and again in its body, for the mask
+# that keeps finished elements (_containers.py).  The rule receives an
+# interpreters.batching.AxisData (name, size, spmd_name,
+# explicit_mesh_axis), read by vmap_axis.  JAX 0.10-0.12.
+
+
+def vmap_axis(axis_data: Any) -> tuple[Any, int, Any, Any]:
+  """(name, size, spmd_name, explicit_mesh_axis) of the vmap a batching
+  rule runs under: what ``jax.vmap`` takes to batch the same way (the name
+  is JAX's placeholder object for a vmap without ``axis_name``)."""
+  return (axis_data.name, axis_data.size, axis_data.spmd_name,
+          getattr(axis_data, "explicit_mesh_axis", None))
+
+
 # ---- lowering under SPMD partitioning -----------------------------------------
 
 # The lowering context's axis_context is a sharding_impls.ShardingContext
@@ -211,6 +231,24 @@ def _check_cond_batcher() -> str | None:
                      "dims", "branches")
 
 
+def _check_while_batcher() -> str | None:
+  from jax.extend.core import primitives
+  rule = fancy_primitive_batchers.get(primitives.while_p)
+  if rule is None:
+    return "has no rule for while_p"
+  return _has_params(getattr(rule, "__wrapped__", rule), "axis_data", "args",
+                     "dims", "cond_nconsts", "cond_jaxpr", "body_nconsts",
+                     "body_jaxpr")
+
+
+def _check_axis_data() -> str | None:
+  from jax._src.interpreters import batching
+  axis_data = batching.AxisData("i", 3, None, None)
+  if vmap_axis(axis_data) != ("i", 3, None, None):
+    return f"AxisData('i', 3, None, None) reads as {vmap_axis(axis_data)}"
+  return None
+
+
 # (name, check): each check returns None when the touchpoint is as used here,
 # or what changed.
 TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
@@ -239,6 +277,9 @@ TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
      else "ensure_enum returned None"),
     ("partial_eval.dce_rules and _default_dce_rule", _check_dce_rule),
     ("batching.fancy_primitive_batchers[cond_p]", _check_cond_batcher),
+    ("batching.fancy_primitive_batchers[while_p]", _check_while_batcher),
+    ("batching.AxisData (name, size, spmd_name, explicit_mesh_axis)",
+     _check_axis_data),
     ("sharding_impls.ShardingContext",
      lambda: _has_params(ShardingContext, "num_devices")),
     ("sharding_impls.SdyArray",

@@ -49,7 +49,10 @@ _MAX_PRECISION = 400  # HCB__D4_MAX_PRECISION (src/dragon4.h)
 _C_DTYPES = frozenset(np.dtype(t) for t in (
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
     np.uint32, np.uint64, np.float16, np.float32, np.float64, np.complex64,
-    np.complex128, ml_dtypes.bfloat16))
+    np.complex128, ml_dtypes.bfloat16, *(
+        getattr(ml_dtypes, name)
+        for name in ("int2", "uint2", "int4", "uint4", "float4_e2m1fn")
+        if hasattr(ml_dtypes, name))))
 
 Node = tuple[int, int, "str | None", "str | None"]
 # (threshold, edgeitems, linewidth, precision, floatmode, sign, suppress,

@@ -151,8 +151,12 @@ def _dtype_table() -> tuple[Any, ...]:
       23: ml_dtypes.float8_e4m3b11fnuz, 24: ml_dtypes.float8_e5m2fnuz,
       25: ml_dtypes.float8_e4m3fnuz,
   }
-  for code, name in (28, "float8_e4m3"), (29, "float8_e3m4"), (
-      33, "float8_e8m0fnu"):
+  # Newer types, where this ml_dtypes has them.  The sub-byte ones (S4 21,
+  # U4 22, S2 26, U2 27, F4E2M1FN 32) are packed in XLA's buffers and one
+  # element per byte in numpy: the extension converts (hcb_unpack_elements).
+  for code, name in ((21, "int4"), (22, "uint4"), (26, "int2"), (27, "uint2"),
+                     (28, "float8_e4m3"), (29, "float8_e3m4"),
+                     (32, "float4_e2m1fn"), (33, "float8_e8m0fnu")):
     if hasattr(ml_dtypes, name):
       named[code] = getattr(ml_dtypes, name)
   for code, dtype in named.items():

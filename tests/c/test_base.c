@@ -56,6 +56,69 @@ test_dtypes(void **state)
 }
 
 static void
+test_sub_byte_dtypes(void **state)
+{
+    /* int4 [1, -2, 7, -8, 3]: ml_dtypes keeps the 4 bits, high bits zero */
+    const uint8_t s4[5] = {0x1, 0xe, 0x7, 0x8, 0x3};
+    /* uint2 [1, 2, 3, 0, 1, 3] */
+    const uint8_t u2[6] = {1, 2, 3, 0, 1, 3};
+    uint8_t packed[4], back[8];
+
+    (void)state;
+    assert_int_equal(hcb_dtype_bits(HCB_S2), 2);
+    assert_int_equal(hcb_dtype_bits(HCB_U2), 2);
+    assert_int_equal(hcb_dtype_bits(HCB_S4), 4);
+    assert_int_equal(hcb_dtype_bits(HCB_U4), 4);
+    assert_int_equal(hcb_dtype_bits(HCB_F4E2M1FN), 4);
+    assert_int_equal(hcb_dtype_bits(HCB_BF16), 16);
+    assert_int_equal(hcb_dtype_bits(HCB_C128), 128);
+    assert_int_equal(hcb_dtype_bits(HCB_TOKEN), 0);
+    assert_int_equal(hcb_dtype_bits((hcb_dtype)30), 0); /* S1: unsupported */
+    assert_int_equal(hcb_dtype_size(HCB_S4), 0);
+    assert_string_equal(hcb_dtype_name(HCB_S2), "int2");
+    assert_string_equal(hcb_dtype_name(HCB_U4), "uint4");
+    assert_string_equal(hcb_dtype_name(HCB_F4E2M1FN), "float4_e2m1fn");
+
+    assert_int_equal(hcb_dtype_nbytes(HCB_S4, 0), 0);
+    assert_int_equal(hcb_dtype_nbytes(HCB_S4, 5), 3);
+    assert_int_equal(hcb_dtype_nbytes(HCB_U2, 5), 2);
+    assert_int_equal(hcb_dtype_nbytes(HCB_U2, 8), 2);
+    assert_int_equal(hcb_dtype_nbytes(HCB_U2, SIZE_MAX), SIZE_MAX / 4 + 1);
+    assert_int_equal(hcb_dtype_nbytes(HCB_F32, 3), 12);
+    assert_true(hcb_dtype_nbytes(HCB_F32, SIZE_MAX / 2) == SIZE_MAX);
+    assert_true(hcb_dtype_nbytes(HCB_TOKEN, 1) == SIZE_MAX);
+
+    /* XLA's layout: element 0 in the low bits; padding bits zero */
+    memset(packed, 0xff, sizeof packed);
+    hcb_pack_elements(HCB_S4, s4, 5, packed);
+    assert_int_equal(packed[0], 0xe1);
+    assert_int_equal(packed[1], 0x87);
+    assert_int_equal(packed[2], 0x03);
+    assert_int_equal(packed[3], 0xff); /* past the 3 bytes: untouched */
+    memset(back, 0xff, sizeof back);
+    hcb_unpack_elements(HCB_S4, packed, 5, back);
+    assert_memory_equal(back, s4, 5);
+    assert_int_equal(back[5], 0xff);
+
+    hcb_pack_elements(HCB_U2, u2, 6, packed);
+    assert_int_equal(packed[0], 0x39); /* 1 | 2 << 2 | 3 << 4 | 0 << 6 */
+    assert_int_equal(packed[1], 0x0d); /* 1 | 3 << 2 */
+    hcb_unpack_elements(HCB_U2, packed, 6, back);
+    assert_memory_equal(back, u2, 6);
+
+    /* high bits of numpy's bytes are ignored when packing */
+    back[0] = 0xf1;
+    hcb_pack_elements(HCB_U4, back, 1, packed);
+    assert_int_equal(packed[0], 0x01);
+
+    /* other types copy */
+    hcb_pack_elements(HCB_S8, s4, 4, packed);
+    assert_memory_equal(packed, s4, 4);
+    hcb_unpack_elements(HCB_S8, packed, 4, back);
+    assert_memory_equal(back, s4, 4);
+}
+
+static void
 test_allocator_hook_sees_every_allocation(void **state)
 {
     hcb_runtime *rt = NULL;
@@ -79,6 +142,7 @@ main(void)
         cmocka_unit_test(test_error_set_formats_and_truncates),
         cmocka_unit_test(test_strerror_covers_codes),
         cmocka_unit_test(test_dtypes),
+        cmocka_unit_test(test_sub_byte_dtypes),
         cmocka_unit_test(test_allocator_hook_sees_every_allocation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -68,6 +68,41 @@ test_typed_operands_and_results(void **state)
         HCB_EINVAL);
 }
 
+/* Sub-byte types are packed in XLA's buffers: nbytes counts packed bytes. */
+static void
+test_sub_byte_buffers_are_packed(void **state)
+{
+    uint8_t data[4] = {0};
+    int64_t d7[1] = {7}, d2x3[2] = {2, 3};
+    test_frame tf;
+    hcb_array a;
+    hcb_error err;
+
+    (void)state;
+    tf_init(&tf);
+    tf_add_arg(&tf, XLA_FFI_DataType_S4, data, 1, d7);
+    tf_add_arg(&tf, XLA_FFI_DataType_U2, data, 2, d2x3);
+    tf_add_arg(&tf, XLA_FFI_DataType_F4E2M1FN, data, 0, NULL);
+    tf_add_ret(&tf, XLA_FFI_DataType_U4, data, 1, d7);
+    assert_int_equal(hcb_ffi_arg(&tf.frame, 0, HCB_S4, 1, &a, &err), HCB_OK);
+    assert_int_equal(a.dtype, HCB_S4);
+    assert_int_equal(a.nbytes, 4);
+    assert_int_equal(hcb_ffi_arg(&tf.frame, 1, HCB_U2, 2, &a, &err), HCB_OK);
+    assert_int_equal(a.nbytes, 2);
+    assert_int_equal(hcb_ffi_arg(&tf.frame, 2, HCB_F4E2M1FN, 0, &a, &err),
+                     HCB_OK);
+    assert_int_equal(a.nbytes, 1);
+    assert_int_equal(hcb_ffi_result(&tf.frame, 0, HCB_U4, 1, &a, &err), HCB_OK);
+    assert_int_equal(a.nbytes, 4);
+    /* 1-bit types have no layout jaxlib accepts: still unsupported */
+    tf.args[0].dtype = XLA_FFI_DataType_S1;
+    assert_int_equal(
+        hcb_ffi_arg(&tf.frame, 0, HCB_ANY_DTYPE, HCB_ANY_RANK, &a, &err),
+        HCB_EUNIMPL);
+    assert_string_equal(err.message, "operand 0: unsupported buffer type "
+                                     "invalid (XLA type 30)");
+}
+
 /* ---- attributes ---------------------------------------------------------- */
 
 /* A frame with one attribute of every kind, sorted by name. */
@@ -380,6 +415,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_typed_operands_and_results),
+        cmocka_unit_test(test_sub_byte_buffers_are_packed),
         cmocka_unit_test(test_attributes_of_every_kind),
         cmocka_unit_test(test_device_and_stream),
         cmocka_unit_test(test_handler_wrapper),

@@ -51,7 +51,7 @@ view(hcb_dtype t, int32_t rank, const int64_t *dims, const void *data)
     a.rank = rank;
     a.dims = dims;
     a.data = (void *)data;
-    a.nbytes = n * hcb_dtype_size(t);
+    a.nbytes = hcb_dtype_bits(t) != 0 ? hcb_dtype_nbytes(t, n) : 0;
     return a;
 }
 
@@ -251,6 +251,73 @@ test_bfloat16(void **state)
              0x7f80, 0xff80);
     /* np.array(1.5, ml_dtypes.bfloat16) */
     CHECK_0D(uint16_t, HCB_BF16, NULL, "1.5", 0x3fc0);
+}
+
+/* Sub-byte types come packed (XLA's layout, low bits first); ml_dtypes
+ * prints their scalars as Python does and numpy joins them unpadded. */
+static void
+test_sub_byte(void **state)
+{
+    static const uint8_t nibbles[8] = {0x10, 0x32, 0x54, 0x76,
+                                       0x98, 0xba, 0xdc, 0xfe};
+    static const uint8_t crumbs[2] = {0xe4, 0x03}; /* 0 1 2 3 3 */
+    static const uint8_t minus5 = 0x0b;
+    const int64_t d2x8[2] = {2, 8}, d16[1] = {16}, d5[1] = {5};
+    hcb_print_options o = defaults();
+    uint8_t many[1000];
+    const int64_t d2000[1] = {2000};
+    size_t i;
+
+    (void)state;
+    /* np.arange(16, dtype=np.uint8).view(ml_dtypes.int4).reshape(2, 8) */
+    check(HCB_S4, 2, d2x8, nibbles, NULL,
+          "[[0 1 2 3 4 5 6 7]\n [-8 -7 -6 -5 -4 -3 -2 -1]]");
+    /* ... .view(ml_dtypes.uint4) */
+    check(HCB_U4, 1, d16, nibbles, NULL,
+          "[0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]");
+    /* ... .view(ml_dtypes.float4_e2m1fn) */
+    check(HCB_F4E2M1FN, 1, d16, nibbles, NULL,
+          "[0 0.5 1 1.5 2 3 4 6 -0 -0.5 -1 -1.5 -2 -3 -4 -6]");
+    /* np.array([0, 1, 2, 3, 3], np.uint8).view(ml_dtypes.uint2), int2 */
+    check(HCB_U2, 1, d5, crumbs, NULL, "[0 1 2 3 3]");
+    check(HCB_S2, 1, d5, crumbs, NULL, "[0 1 -2 -1 -1]");
+    /* np.array(11, np.uint8).view(ml_dtypes.int4) */
+    check(HCB_S4, 0, NULL, &minus5, NULL, "-5");
+    /* (np.arange(2000) % 16).astype(np.uint8).view(ml_dtypes.int4), and
+     * with sign="+" (which ml_dtypes' types ignore) */
+    for (i = 0; i < sizeof many; i++)
+        many[i] = nibbles[i % 8];
+    check(HCB_S4, 1, d2000, many, NULL, "[0 1 2 ... -3 -2 -1]");
+    o.sign = '+';
+    check(HCB_S4, 1, d5, nibbles, &o, "[0 1 2 3 4]");
+}
+
+/* XLA's threads flush denormals to zero; the printer must not depend on
+ * its caller's floating-point environment, and must give it back. */
+static void
+test_subnormals_under_flush_to_zero(void **state)
+{
+    const float tiny[2] = {1e-39f, 1.0f};
+    const int64_t d2[1] = {2};
+
+    (void)state;
+#if defined(__x86_64__) || defined(__SSE2__)
+    {
+        unsigned int csr;
+
+        __asm__ volatile("stmxcsr %0" : "=m"(csr));
+        csr |= 0x8040; /* FTZ | DAZ */
+        __asm__ volatile("ldmxcsr %0" : : "m"(csr));
+        /* np.array([1e-39, 1], np.float32) */
+        check(HCB_F32, 1, d2, tiny, NULL, "[1.e-39 1.e+00]");
+        CHECK_0D(float, HCB_F32, NULL, "1.e-39", 1e-39f);
+        __asm__ volatile("stmxcsr %0" : "=m"(csr));
+        assert_int_equal(csr & 0x8040, 0x8040);
+        csr &= ~0x8040u;
+        __asm__ volatile("ldmxcsr %0" : : "m"(csr));
+    }
+#endif
+    check(HCB_F32, 1, d2, tiny, NULL, "[1.e-39 1.e+00]");
 }
 
 static void
@@ -634,6 +701,11 @@ test_array_errors(void **state)
     a = view(HCB_TOKEN, 0, NULL, NULL);
     expect_error(hcb_format_array(&a, NULL, buf, sizeof buf, NULL, &err), &err,
                  HCB_EUNIMPL, "cannot print dtype");
+    a = view(HCB_S4, 1, d4, f8); /* 4 int4s are 2 packed bytes */
+    a.nbytes = 4;
+    expect_error(hcb_format_array(&a, NULL, buf, sizeof buf, NULL, &err), &err,
+                 HCB_EINVAL,
+                 "array of 4 int4 elements has 4 bytes, expected 2");
 
     a = view(HCB_S32, 1, d4, v);
     a.nbytes = 15;
@@ -1015,6 +1087,8 @@ main(void)
         cmocka_unit_test(test_float64_notation),
         cmocka_unit_test(test_float32_and_float16),
         cmocka_unit_test(test_bfloat16),
+        cmocka_unit_test(test_sub_byte),
+        cmocka_unit_test(test_subnormals_under_flush_to_zero),
         cmocka_unit_test(test_complex),
         cmocka_unit_test(test_nonfinite_and_zero),
         cmocka_unit_test(test_precision_and_floatmode),

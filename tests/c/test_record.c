@@ -32,6 +32,37 @@ test_copies_arrays_aligned(void **state)
     hcb_record_release(rec);
 }
 
+/* Sub-byte types are packed in records as in XLA's buffers. */
+static void
+test_packed_sub_byte_arrays(void **state)
+{
+    uint8_t s4[3] = {0x21, 0x43, 0x05}; /* int4 [1 2 3 4 5] */
+    uint8_t u2[1] = {0x1b};             /* uint2 [3 2 1] */
+    float f = 2.5f;
+    int64_t d5[1] = {5}, d3[1] = {3};
+    hcb_array in[3] = {{HCB_S4, 1, d5, s4, 3},
+                       {HCB_U2, 1, d3, u2, 1},
+                       {HCB_F32, 0, NULL, &f, 4}};
+    hcb_array bad = {HCB_S4, 1, d5, s4, 5};
+    hcb_record *rec = NULL;
+    const hcb_array *out;
+    hcb_error err;
+
+    (void)state;
+    assert_int_equal(hcb_record_create(1, 0, in, 3, &rec, &err), HCB_OK);
+    out = hcb_record_args(rec);
+    assert_int_equal(out[0].nbytes, 3);
+    assert_memory_equal(out[0].data, s4, 3);
+    assert_int_equal(out[1].nbytes, 1);
+    assert_memory_equal(out[1].data, u2, 1);
+    assert_true(*(const float *)out[2].data == 2.5f);
+    hcb_record_release(rec);
+    /* one byte per element is not the layout */
+    assert_int_equal(hcb_record_create(1, 0, &bad, 1, &rec, &err), HCB_EINVAL);
+    assert_string_equal(err.message,
+                        "argument 0 claims 5 bytes, its shape holds 3");
+}
+
 static void
 test_zero_args_and_zero_size(void **state)
 {
@@ -270,6 +301,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_copies_arrays_aligned),
+        cmocka_unit_test(test_packed_sub_byte_arrays),
         cmocka_unit_test(test_zero_args_and_zero_size),
         cmocka_unit_test(test_rejects_malformed_views),
         cmocka_unit_test(test_refcount),
