@@ -57,10 +57,13 @@ class ExecutionContext:
 
   @property
   def stream(self) -> int:
-    """The device stream; CPU computations have none."""
-    raise RuntimeError(
-        f"ExecutionContext.stream: {self.device} is a CPU device, which has "
-        "no stream (streams exist only for GPU buffer callbacks)")
+    """The device stream; CPU computations have none: raises
+    ``jax.errors.JaxRuntimeError`` ("UNIMPLEMENTED: XLA FFI GPU context is
+    not available"), as JAX's own ``ExecutionContext.stream`` does."""
+    raise jax.errors.JaxRuntimeError(
+        "UNIMPLEMENTED: XLA FFI GPU context is not available "
+        f"(ExecutionContext.stream: {self.device} is a CPU device, which has "
+        "no stream; streams exist only for GPU buffer callbacks)")
 
   def __repr__(self) -> str:
     return f"ExecutionContext(device={self.device}, stage={self.stage.name})"

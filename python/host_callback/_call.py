@@ -97,7 +97,9 @@ def _call_batching(args: Sequence[Any], dims: Sequence[Any], *,
       what=f"host_callback.call of {_name(site)!r}",
       nout=len(site.result_avals),
       bind_one=lambda full: call_p.bind(*full, site=site, **params),
-      bind_batched=bind_batched)
+      bind_batched=bind_batched,
+      legacy_message="batching rules are implemented only for id_tap, not "
+                     "for call. ")
 
 
 call_p.def_impl(_call_impl)
@@ -117,7 +119,8 @@ def _leaf_aval(leaf: Any) -> tuple[tuple[int, ...], np.dtype]:
   elif isinstance(leaf, (bool, int, float, complex, np.bool_, np.number)):
     shape, dtype = (), np.result_type(leaf)
   else:
-    raise TypeError(f"{type(leaf).__name__} is not a numeric scalar")
+    raise TypeError(f"the leaf {leaf!r} (a {type(leaf).__name__}) is "
+                    "neither a numeric scalar nor has 'shape' and 'dtype'")
   dtype = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
   ShapedArray(shape, dtype)  # rejects what JAX cannot compute on
   return shape, dtype
@@ -132,11 +135,13 @@ def _declared_results(result_shape: Any
   try:
     return treedef, tuple(_leaf_aval(leaf) for leaf in leaves)
   except Exception as e:
+    # The removed module's words first: its users search for them.
     raise ValueError(
-        "host_callback.call: result_shape should be a pytree whose structure "
-        "matches the result of the callback function; its leaves must be "
-        "numeric scalars, or must have 'shape' and 'dtype' attributes. Got "
-        f"{result_shape!r} ({e})") from None
+        "result_shape should be a pytree of values with structure matching "
+        "the expected result of the callback function. The values must be "
+        "either numeric scalars, or must have 'shape' and 'dtype' "
+        f"attributes. Got {result_shape}. host_callback.call: {e}"
+    ) from None
 
 
 # ---- inline mode ----------------------------------------------------------

@@ -135,13 +135,33 @@ def test_execution_context():
 
   def cb(ctx, out, x):
     seen.append((ctx.stage, ctx.device))
-    with pytest.raises(RuntimeError, match="no stream"):
-      ctx.stream
     np.asarray(out)[...] = np.asarray(x)
 
   f = jax.jit(hcb.buffer_callback(cb, F32_3))
   f(jax.device_put(jnp.ones(3), jax.devices()[2]))
   assert seen == [(hcb.ExecutionStage.EXECUTE, jax.devices()[2])]
+
+
+def _stream_error(buffer_callback):
+  errors = []
+
+  def cb(ctx, out, x):
+    try:
+      ctx.stream
+    except BaseException as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  jax.jit(buffer_callback(cb, F32_3))(jnp.ones(3))
+  return errors[0]
+
+
+def test_stream_on_cpu_raises_as_jax_does():
+  from jax.experimental import buffer_callback as jax_buffer_callback
+  jax_error = _stream_error(jax_buffer_callback.buffer_callback)
+  error = _stream_error(hcb.buffer_callback)
+  assert type(error) is type(jax_error) is jax.errors.JaxRuntimeError
+  assert str(jax_error) == "UNIMPLEMENTED: XLA FFI GPU context is not available"
+  assert str(error).startswith(str(jax_error))
 
 
 @pytest.mark.parametrize("aliases, message", [

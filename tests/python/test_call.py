@@ -99,9 +99,18 @@ def test_no_result(shape):
 @pytest.mark.parametrize("bad", ["float32", object(), [1., "x"],
                                  {"a": lambda: 0}])
 def test_bad_result_shape_is_a_trace_time_value_error(bad):
-  with pytest.raises(ValueError,
-                     match="must have 'shape' and 'dtype' attributes"):
+  with pytest.raises(ValueError) as info:
     jax.jit(lambda x: hcb.call(lambda v: v, x, result_shape=bad))(1.)
+  # The removed module's words first (users search for them), then ours.
+  assert str(info.value).startswith(
+      "result_shape should be a pytree of values with structure matching the "
+      "expected result of the callback function. The values must be either "
+      "numeric scalars, or must have 'shape' and 'dtype' attributes. Got "
+      f"{bad}. host_callback.call: ")
+  if isinstance(bad, str):
+    assert str(info.value).endswith(
+        "host_callback.call: the leaf 'float32' (a str) is neither a numeric "
+        "scalar nor has 'shape' and 'dtype'")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -490,8 +499,13 @@ def test_custom_vjp_makes_a_call_differentiable():
 
 
 def test_vmap_without_vmap_method_names_the_fix():
-  with pytest.raises(NotImplementedError, match="vmap_method"):
+  with pytest.raises(NotImplementedError) as info:
     jax.vmap(lambda x: hcb.call(np.sin, x, result_shape=x))(jnp.ones(3))
+  # The removed module's words first (users search for them), then ours.
+  assert str(info.value).startswith(
+      "batching rules are implemented only for id_tap, not for call. "
+      "host_callback.call of 'sin' under vmap needs a vmap_method: pass "
+      "vmap_method='sequential'")
 
 
 @pytest.mark.parametrize("method", ["sequential", "sequential_unrolled",
