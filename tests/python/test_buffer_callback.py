@@ -93,6 +93,29 @@ def test_zero_copy_views_and_in_place_aliasing():
   assert addresses["out"] == addresses["in"]  # one buffer, no copy
 
 
+def _dlpack_views(buffer_callback):
+  seen = {}
+
+  def cb(ctx, out, x):
+    o, i = np.from_dlpack(out), np.from_dlpack(x)
+    seen["writable"] = (o.flags.writeable, i.flags.writeable)
+    seen["capsule"] = type(out).__name__, (
+        "dltensor_versioned" in repr(out.__dlpack__(max_version=(1, 0))))
+    o[...] = i * 3  # code written for JAX's buffer_callback
+
+  out = jax.jit(buffer_callback(cb, F32_3))(jnp.ones(3))
+  np.testing.assert_array_equal(out, [3., 3., 3.])
+  return seen
+
+
+def test_from_dlpack_of_an_output_is_writable_as_with_jax():
+  from jax.experimental import buffer_callback as jax_buffer_callback
+  jax_seen = _dlpack_views(jax_buffer_callback.buffer_callback)
+  seen = _dlpack_views(hcb.buffer_callback)
+  assert seen["writable"] == jax_seen["writable"] == (True, False)
+  assert seen["capsule"] == ("Buffer", True)
+
+
 def test_a_256MB_output_costs_no_copy():
   proc = run_python("""
       import resource, jax, jax.numpy as jnp, numpy as np
