@@ -627,6 +627,11 @@ hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
                              "%s not called: the Python interpreter is "
                              "shutting down",
                              what);
+    rc = hcb_py_target_enter(&t->base, what, err);
+    if (rc != HCB_OK) {
+        hcb_py_gil_release(gil);
+        return rc;
+    }
     buffers = PyList_New(0);
     if (buffers != NULL &&
         append_buffers(t->base.state, buffers, args, nargs, device, 1) == 0 &&
@@ -651,6 +656,7 @@ hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
         rc = HCB_EINVAL;
     }
     Py_XDECREF(result);
+    hcb_py_target_leave(&t->base);
     hcb_py_gil_release(gil);
     return rc;
 }

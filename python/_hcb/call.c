@@ -463,11 +463,20 @@ hcb_py_call(void *user, hcb_device device, const hcb_array *args, size_t nargs,
     PyObject *value, *result;
     int rc;
 
+    char what[128];
+
+    snprintf(what, sizeof what, "host_callback.call: callback '%s'",
+             t->base.name);
     if (hcb_py_gil_ensure(t->base.state, &gil) < 0)
         return hcb_error_set(err, HCB_ESTATE,
-                             PREFIX "not called: the Python interpreter is "
-                                    "shutting down",
-                             t->base.name);
+                             "%s not called: the Python interpreter is "
+                             "shutting down",
+                             what);
+    rc = hcb_py_target_enter(&t->base, what, err);
+    if (rc != HCB_OK) {
+        hcb_py_gil_release(gil);
+        return rc;
+    }
     value = argument_of(t, device, args, nargs);
     result = value != NULL ? call_function(t, device, value) : NULL;
     Py_XDECREF(value);
@@ -477,6 +486,7 @@ hcb_py_call(void *user, hcb_device device, const hcb_array *args, size_t nargs,
         rc = fill_results(t, result, results, nresults, err);
         Py_DECREF(result);
     }
+    hcb_py_target_leave(&t->base);
     hcb_py_gil_release(gil);
     return rc;
 }

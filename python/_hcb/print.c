@@ -341,6 +341,12 @@ hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
                              "id_print output lost: the Python interpreter is "
                              "shutting down");
     }
+    if (hcb_py_target_enter(&t->base, "id_print", err) != HCB_OK) {
+        hcb_py_gil_release(gil);
+        print_unlock(locked);
+        free(heap);
+        return err->code;
+    }
     s1 = kv_line(t, hcb_record_device(rec));
     s2 = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
     if (PyErr_Occurred() || s2 == NULL ||
@@ -351,6 +357,7 @@ hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
     }
     Py_XDECREF(s1);
     Py_XDECREF(s2);
+    hcb_py_target_leave(&t->base);
     hcb_py_gil_release(gil);
     print_unlock(locked);
     free(heap);

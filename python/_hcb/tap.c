@@ -64,24 +64,29 @@ hcb_py_tap(void *user, hcb_record *rec, hcb_error *err)
     hcb_py_target *t = user;
     PyGILState_STATE gil;
     PyObject *result;
-    int rc = HCB_OK;
+    char what[96];
+    int rc;
 
+    snprintf(what, sizeof what, "tap function '%s'", t->name);
     if (hcb_py_gil_ensure(t->state, &gil) < 0)
         return hcb_error_set(err, HCB_ESTATE,
-                             "tap function '%s' not called: the Python "
-                             "interpreter is shutting down",
-                             t->name);
+                             "%s not called: the Python interpreter is "
+                             "shutting down",
+                             what);
+    rc = hcb_py_target_enter(t, what, err);
+    if (rc != HCB_OK) {
+        hcb_py_gil_release(gil);
+        return rc;
+    }
     in_tap = 1;
     result = call_site(t->state, t->site, rec);
     in_tap = 0;
     if (result == NULL) {
-        char what[96];
-
-        snprintf(what, sizeof what, "tap function '%s'", t->name);
         Py_XDECREF(hcb_py_report_exception(t, what, err));
         rc = HCB_ECALLBACK;
     }
     Py_XDECREF(result);
+    hcb_py_target_leave(t);
     hcb_py_gil_release(gil);
     return rc;
 }

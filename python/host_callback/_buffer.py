@@ -107,7 +107,7 @@ def _lowering_rule(ctx: mlir.LoweringRuleContext, *args: Any,
       ctx, "hcb_call", args, what="buffer_callback",
       has_side_effect=flavor is not CallbackFlavor.PURE, device_index=0,
       operand_output_aliases=dict(input_output_aliases),
-      callback_id=np.uint64(_runtime.site_id(site)))
+      callback_id=np.uint64(_runtime.lowered_site_id(ctx, site)))
 
 
 def _jvp(*args: Any, **params: Any) -> Any:

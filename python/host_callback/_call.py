@@ -63,7 +63,7 @@ def _call_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
       ctx, "hcb_call", args, what="call",
       has_side_effect=flavor is not CallbackFlavor.PURE,
       device_index=device_index,
-      callback_id=np.uint64(_runtime.site_id(site)))
+      callback_id=np.uint64(_runtime.lowered_site_id(ctx, site)))
 
 
 def _call_jvp(primals: Sequence[Any], tangents: Sequence[Any], *,

@@ -76,7 +76,7 @@ def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
       has_side_effect=flavor is not CallbackFlavor.PURE,
       device_index=device_index,
       operand_output_aliases={i: i for i in range(len(args))},
-      callback_id=np.uint64(_runtime.site_id(site)), ntapped=np.int64(ntapped))
+      callback_id=np.uint64(_runtime.lowered_site_id(ctx, site)), ntapped=np.int64(ntapped))
 
 
 def _tap_batching(args: Any, dims: Any, *, site: _runtime.TapSite,
