@@ -618,3 +618,23 @@ def test_call_from_a_tap_function_on_the_same_device_is_diagnosed():
   assert "'<lambda>.<locals>.<lambda>' on cpu:0 has waited 5 s for the taps " \
          "its device issued before it" in stderr
   assert "they wait for each other" in stderr
+
+
+def test_an_eager_call_compiles_once_per_signature():
+  compiles = []
+
+  def listen(event, duration, **kwargs):
+    if event == "/jax/core/compile/backend_compile_duration":
+      compiles.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(listen)
+
+  def double(x):
+    return x * 2
+
+  x = np.arange(35, dtype=np.float32).reshape(5, 7)  # a shape of its own
+  for _ in range(3):
+    out = hcb.call(double, x, result_shape=x)
+    np.testing.assert_array_equal(out, x * 2)
+  hcb.id_tap(lambda v, t: None, x)  # an eager tap of the same argument
+  assert len(compiles) == 2, compiles  # the call's program and the tap's
