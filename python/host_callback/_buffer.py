@@ -25,7 +25,6 @@ from jax.interpreters import mlir
 from host_callback import _batching
 from host_callback import _containers
 from host_callback import _hcb
-from host_callback import _jax
 from host_callback import _lowering
 from host_callback import _native
 from host_callback import _runtime
@@ -88,7 +87,7 @@ buffer_callback_p.multiple_results = True
 
 
 def _impl(*args: Any, **params: Any) -> Any:
-  return _jax.apply_primitive(buffer_callback_p, *args, **params)
+  return _runtime.apply_eagerly(buffer_callback_p, *args, **params)
 
 
 def _abstract_eval(*avals: Any, result_avals: tuple[Any, ...],

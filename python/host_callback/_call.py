@@ -24,7 +24,6 @@ from jax.interpreters import mlir
 from host_callback import _batching
 from host_callback import _config
 from host_callback import _containers
-from host_callback import _jax
 from host_callback import _leaves
 from host_callback import _lowering
 from host_callback import _native
@@ -43,7 +42,7 @@ def _name(site: CallSite) -> str:
 
 
 def _call_impl(*args: Any, **params: Any) -> Any:
-  return _jax.apply_primitive(call_p, *args, **params)
+  return _runtime.apply_eagerly(call_p, *args, **params)
 
 
 def _call_abstract_eval(*avals: Any, site: CallSite, device_index: int,
@@ -226,6 +225,11 @@ def call(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
     NotImplementedError: a ``DEBUG`` flavor call with a ``result_shape``;
       differentiation (wrap the caller in ``jax.custom_jvp``/``custom_vjp``);
       ``vmap`` without ``vmap_method``.
+    jax.errors.JaxRuntimeError: ``callback_func`` raised or returned a
+      wrong result (eagerly, every time; under ``jit`` JAX raises it, except
+      that its C++ dispatch of a jitted function that has run before raises
+      a computation that failed while it waited as ``ValueError`` with the
+      same message, as it does for ``jax.pure_callback``).
   """
   native = _native.is_native(callback_func, NativeCallback,
                              "host_callback.call")

@@ -40,6 +40,7 @@ import atexit
 import collections
 import logging
 import os
+import re
 import threading
 import traceback
 import weakref
@@ -350,6 +351,26 @@ def lowered_site_id(ctx: Any, site: Any) -> int:
   registration = _registration(site)
   ctx.module_context.add_keepalive(registration)
   return registration.id
+
+
+# How XLA's status prints: "INVALID_ARGUMENT: ...", "UNKNOWN: ...".
+_XLA_STATUS = re.compile(r"[A-Z_]+: ")
+
+
+def apply_eagerly(prim: Any, *args: Any, **params: Any) -> Any:
+  """``prim`` applied outside ``jit`` (its impl rule).  A failed call or
+  buffer callback raises ``jax.errors.JaxRuntimeError`` every time: JAX's
+  C++ dispatch, which runs the cached program from the second time on,
+  reports any failed computation as ``ValueError`` (jaxlib's
+  PjitFunction_tp_vectorcall turns every error status into one)."""
+  from host_callback import _jax
+  try:
+    return _jax.apply_primitive(prim, *args, **params)
+  except ValueError as e:
+    message = str(e)
+    if _XLA_STATUS.match(message) and "host_callback" in message:
+      raise jax.errors.JaxRuntimeError(message) from None
+    raise
 
 
 def _retire(site_id: int) -> None:

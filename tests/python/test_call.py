@@ -638,3 +638,68 @@ def test_an_eager_call_compiles_once_per_signature():
     np.testing.assert_array_equal(out, x * 2)
   hcb.id_tap(lambda v, t: None, x)  # an eager tap of the same argument
   assert len(compiles) == 2, compiles  # the call's program and the tap's
+
+
+def _fails_the_second_time(call):
+  state = {"fail": False}
+
+  def host(x):
+    if state["fail"]:
+      raise ValueError("host says no")
+    return x
+
+  call(host)
+  state["fail"] = True
+  return lambda: call(host)
+
+
+def test_a_failing_eager_call_raises_jax_runtime_error_every_time():
+  # From the second time on JAX runs the cached program through its C++
+  # dispatch, which reports any failed computation as ValueError.
+  x = jnp.ones(3)
+  again = _fails_the_second_time(
+      lambda f: hcb.call(f, x, result_shape=x))
+  for _ in range(2):
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match="UNKNOWN: host_callback.call: callback '.*host' "
+                             "raised ValueError: host says no"):
+      again()
+  with pytest.raises(hcb.CallbackException):
+    hcb.barrier_wait()
+
+  def fill(f):
+    def cb(ctx, out, v):
+      np.asarray(out)[...] = f(np.asarray(v))
+    return hcb.buffer_callback(cb, F32_3)(x)
+
+  again = _fails_the_second_time(fill)
+  for _ in range(2):
+    with pytest.raises(jax.errors.JaxRuntimeError, match="host says no"):
+      again()
+  with pytest.raises(hcb.CallbackException):
+    hcb.barrier_wait()
+
+
+def test_a_jitted_call_that_fails_on_jax_fast_path_names_the_callback():
+  # JAX's C++ dispatch of a jitted function that has run before raises a
+  # computation that failed synchronously as ValueError (jaxlib's
+  # PjitFunction turns every error status into one; JAX's own pure_callback
+  # too): the message is the same as on JAX's Python path.
+  state = {"fail": False}
+
+  def host(x):
+    if state["fail"]:
+      raise ValueError("host says no")
+    return x
+
+  f = jax.jit(lambda v: hcb.call(host, v, result_shape=v))
+  x = jnp.ones(3)
+  f(x)
+  state["fail"] = True
+  for _ in range(2):
+    with pytest.raises((jax.errors.JaxRuntimeError, ValueError),
+                       match="UNKNOWN: host_callback.call: callback '.*host' "
+                             "raised ValueError: host says no"):
+      jax.block_until_ready(f(x))
+  with pytest.raises(hcb.CallbackException):
+    hcb.barrier_wait()
