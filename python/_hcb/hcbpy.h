@@ -103,6 +103,7 @@ typedef struct hcb_py_print_target {
     const char **dev_names;
     size_t ndevices;
     PyObject *stream; /* strong; NULL: sys.stdout at each write */
+    int broken;       /* a write failed: write no more (GIL) */
     char *strings;
 } hcb_py_print_target;
 
