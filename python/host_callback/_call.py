@@ -239,6 +239,8 @@ def call(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
     raise TypeError("callback_flavor must be a CallbackFlavor, got "
                     f"{callback_flavor!r}")
   _batching.check_vmap_method(vmap_method)
+  device_index = _runtime.checked_device_index(device_index,
+                                               "host_callback.call")
   if callback_flavor is CallbackFlavor.DEBUG and result_shape is not None:
     raise NotImplementedError(
         "host_callback.call: the DEBUG flavor can be used only when "
@@ -264,6 +266,6 @@ def call(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
       result = callback_func(value)
     return _inline_result(site, result)
 
-  outs = call_p.bind(*sent, site=site, device_index=int(device_index),
+  outs = call_p.bind(*sent, site=site, device_index=device_index,
                      flavor=callback_flavor, vmap_method=vmap_method)
   return result_treedef.unflatten(outs)

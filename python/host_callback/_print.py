@@ -269,6 +269,7 @@ def id_print(arg: Any, *, result: Any = None, tap_with_device: bool = False,
   Returns:
     ``arg``, or ``result`` if given.
   """
+  device_index = _runtime.checked_device_index(device_index, "id_print")
   printer = Printer(kwargs, output_stream, threshold)
   return _tap.id_tap(printer, arg, result=result,
                      tap_with_device=tap_with_device,

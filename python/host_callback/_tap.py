@@ -196,6 +196,7 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap, arg: Any, *,
     raise TypeError("callback_flavor must be a CallbackFlavor, got "
                     f"{callback_flavor!r}")
 
+  device_index = _runtime.checked_device_index(device_index, "id_tap")
   leaves, treedef = _leaves.flatten(arg)
   tapped = _leaves.key_data_of_keys(leaves)
   site = _runtime.TapSite(tap_func if isinstance(tap_func, NativeTap) else
@@ -213,7 +214,7 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap, arg: Any, *,
     return arg if result is None else result
 
   outs = tap_p.bind(*tapped, *_leaves.key_data_of_keys(res_leaves), site=site,
-                    ntapped=len(tapped), device_index=int(device_index),
+                    ntapped=len(tapped), device_index=device_index,
                     flavor=callback_flavor, differentiated=False)
   if result is None:
     return treedef.unflatten(_leaves.rewrap_keys(leaves, outs[:len(tapped)]))
