@@ -402,7 +402,14 @@ def _retire(site_id: int) -> None:
   # JAX's tokens of its computations with host callbacks (jit over sharded
   # operands) are thread-local, so take them now.
   from host_callback import _jax
-  _state.retired.append((site_id, _jax.output_runtime_tokens()))
+  tokens = _jax.output_runtime_tokens()
+  if (not tokens and _hcb.holds(site_id) <= 0 and
+      _hcb.stats()["queued_records"] == 0):
+    # Nothing can reach it any more, nothing for it waits to be delivered:
+    # release it now, as the executable's own references go now.
+    _hcb.release(site_id)
+    return
+  _state.retired.append((site_id, tokens))
   _hcb.notify_unused()
   thread = _state.release_thread
   if thread is None or not thread.is_alive():  # also in a forked child
@@ -471,7 +478,8 @@ def _release_loop() -> None:
         # Free now: no computation of theirs runs, so all their records
         # are queued; deliver them first.
         _wait_for_tokens(free)
-        _hcb.barrier()
+        if _hcb.stats()["queued_records"]:
+          _hcb.barrier()
       except Exception:  # pylint: disable=broad-except
         logger.debug("host_callback: release wait failed", exc_info=True)
         pending += free
