@@ -259,6 +259,9 @@ class _State:
         tuple[type, Any], _Registration] = weakref.WeakValueDictionary()
     # Sites of native (C) functions: for the process.
     self.native: dict[tuple[type, Any], _Registration] = {}
+    # The same registrations by id.
+    self.by_id: weakref.WeakValueDictionary[int, _Registration] = (
+        weakref.WeakValueDictionary())
     # (id, runtime tokens of the thread that retired it) of finalised
     # registrations, to be released: appended from any thread, taken by the
     # release thread or barrier_wait (a deque's append and popleft are
@@ -349,7 +352,16 @@ def _registration(site: Any) -> _Registration:
     if found is None:
       found = _Registration(site.register(), not _is_native(site))
       table[key] = found
+      _state.by_id[found.id] = found
   return found
+
+
+def registration_of(site_id: int) -> _Registration | None:
+  """The live registration of ``site_id``, for a lowering that carries the
+  id in an object JAX keeps with the runtime executable (its own Python
+  callback under jit over sharded operands): holding it there keeps the
+  site for exactly as long as that executable."""
+  return _state.by_id.get(site_id)
 
 
 def site_id(site: Any) -> int:
