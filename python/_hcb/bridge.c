@@ -236,13 +236,13 @@ hcb_py_fetch_exception(void)
 /* ---- the life of a target ----------------------------------------------- */
 
 int
-hcb_py_target_enter(hcb_py_target *t, const char *what, hcb_error *err)
+hcb_py_target_enter(hcb_py_target *t, const char *kind, hcb_error *err)
 {
     if (t->site == NULL)
         return hcb_error_set(err, HCB_ESTATE,
-                             "%s not called: it was released (no compiled "
-                             "program refers to it any more)",
-                             what);
+                             "%s '%s' not called: it was released (no "
+                             "compiled program refers to it any more)",
+                             kind, t->name);
     t->busy++;
     return HCB_OK;
 }

@@ -627,7 +627,8 @@ hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
                              "%s not called: the Python interpreter is "
                              "shutting down",
                              what);
-    rc = hcb_py_target_enter(&t->base, what, err);
+    rc = hcb_py_target_enter(&t->base,
+                             "host_callback.buffer_callback: callback", err);
     if (rc != HCB_OK) {
         hcb_py_gil_release(gil);
         return rc;

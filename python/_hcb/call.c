@@ -463,16 +463,12 @@ hcb_py_call(void *user, hcb_device device, const hcb_array *args, size_t nargs,
     PyObject *value, *result;
     int rc;
 
-    char what[128];
-
-    snprintf(what, sizeof what, "host_callback.call: callback '%s'",
-             t->base.name);
     if (hcb_py_gil_ensure(t->base.state, &gil) < 0)
         return hcb_error_set(err, HCB_ESTATE,
-                             "%s not called: the Python interpreter is "
-                             "shutting down",
-                             what);
-    rc = hcb_py_target_enter(&t->base, what, err);
+                             PREFIX "not called: the Python interpreter is "
+                                    "shutting down",
+                             t->base.name);
+    rc = hcb_py_target_enter(&t->base, "host_callback.call: callback", err);
     if (rc != HCB_OK) {
         hcb_py_gil_release(gil);
         return rc;

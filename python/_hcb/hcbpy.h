@@ -109,9 +109,10 @@ typedef struct hcb_py_print_target {
 
 /* bridge.c */
 /* With the GIL: starts a delivery to `t`, which keeps its site until
- * hcb_py_target_leave.  -1 with `err` filled (no exception) when `t` was
- * released; `what` names it for the message. */
-int hcb_py_target_enter(hcb_py_target *t, const char *what, hcb_error *err);
+ * hcb_py_target_leave.  An error code with `err` filled (no exception) when
+ * `t` was released; `kind` ("tap function", ...) names it for the message,
+ * with its name. */
+int hcb_py_target_enter(hcb_py_target *t, const char *kind, hcb_error *err);
 void hcb_py_target_leave(hcb_py_target *t);
 /* With the GIL: drops the target's Python references now, or when its last
  * running delivery leaves. */

@@ -371,7 +371,7 @@ hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
                              "id_print output lost: the Python interpreter is "
                              "shutting down");
     }
-    if (hcb_py_target_enter(&t->base, "id_print", err) != HCB_OK) {
+    if (hcb_py_target_enter(&t->base, "tap function", err) != HCB_OK) {
         hcb_py_gil_release(gil);
         print_unlock(locked);
         free(heap);

@@ -64,16 +64,14 @@ hcb_py_tap(void *user, hcb_record *rec, hcb_error *err)
     hcb_py_target *t = user;
     PyGILState_STATE gil;
     PyObject *result;
-    char what[96];
     int rc;
 
-    snprintf(what, sizeof what, "tap function '%s'", t->name);
     if (hcb_py_gil_ensure(t->state, &gil) < 0)
         return hcb_error_set(err, HCB_ESTATE,
-                             "%s not called: the Python interpreter is "
-                             "shutting down",
-                             what);
-    rc = hcb_py_target_enter(t, what, err);
+                             "tap function '%s' not called: the Python "
+                             "interpreter is shutting down",
+                             t->name);
+    rc = hcb_py_target_enter(t, "tap function", err);
     if (rc != HCB_OK) {
         hcb_py_gil_release(gil);
         return rc;
@@ -82,6 +80,9 @@ hcb_py_tap(void *user, hcb_record *rec, hcb_error *err)
     result = call_site(t->state, t->site, rec);
     in_tap = 0;
     if (result == NULL) {
+        char what[96];
+
+        snprintf(what, sizeof what, "tap function '%s'", t->name);
         Py_XDECREF(hcb_py_report_exception(t, what, err));
         rc = HCB_ECALLBACK;
     }
