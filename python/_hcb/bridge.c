@@ -250,6 +250,47 @@ hcb_py_fetch_exception(void)
 #endif
 }
 
+/* ---- the life of a target ----------------------------------------------- */
+
+int
+hcb_py_target_enter(hcb_py_target *t, const char *kind, hcb_error *err)
+{
+    if (t->site == NULL)
+        return hcb_error_set(err, HCB_ESTATE,
+                             "%s '%s' not called: it was released (no "
+                             "compiled program refers to it any more)",
+                             kind, t->name);
+    t->busy++;
+    return HCB_OK;
+}
+
+static void
+target_clear(hcb_py_target *t)
+{
+    t->release_pending = 0;
+    if (t->kind == HCB_PY_PRINT)
+        Py_CLEAR(((hcb_py_print_target *)t)->stream);
+    /* The borrowed pointers of calls and buffer callbacks into the site are
+     * read only by deliveries, which check `site` first. */
+    Py_CLEAR(t->site);
+}
+
+void
+hcb_py_target_leave(hcb_py_target *t)
+{
+    if (--t->busy == 0 && t->release_pending)
+        target_clear(t);
+}
+
+void
+hcb_py_target_release(hcb_py_target *t)
+{
+    if (t->busy > 0)
+        t->release_pending = 1;
+    else
+        target_clear(t);
+}
+
 /* ---- errors ------------------------------------------------------------- */
 
 PyObject *

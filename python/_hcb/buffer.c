@@ -252,17 +252,38 @@ typedef struct dl_managed_tensor {
     void (*deleter)(struct dl_managed_tensor *self);
 } dl_managed_tensor;
 
-/* What a capsule owns: the tensor, its shape, and the Buffer it views. */
+/* DLPack 1.0: a version and flags; a consumer that asks for it (numpy's
+ * from_dlpack passes max_version=(1, 0)) learns from the flags whether it
+ * may write, as it does from JAX's own buffers. */
 typedef struct {
-    dl_managed_tensor managed;
+    uint32_t major;
+    uint32_t minor;
+} dl_version;
+
+typedef struct dl_managed_tensor_versioned {
+    dl_version version;
+    void *manager_ctx;
+    void (*deleter)(struct dl_managed_tensor_versioned *self);
+    uint64_t flags;
+    dl_tensor dl_tensor;
+} dl_managed_tensor_versioned;
+
+#define DL_FLAG_READ_ONLY ((uint64_t)1)
+
+/* What a capsule owns: the tensor (first, so that a pointer to it is one to
+ * the holder), its shape, and the Buffer it views. */
+typedef struct {
+    union {
+        dl_managed_tensor legacy;
+        dl_managed_tensor_versioned versioned;
+    } m;
     int64_t shape[HCB_MAX_RANK];
     PyObject *owner;
 } dl_holder;
 
 static void
-dl_deleter(dl_managed_tensor *m)
+dl_holder_free(dl_holder *h)
 {
-    dl_holder *h = (dl_holder *)m;
     PyGILState_STATE gil = PyGILState_Ensure();
 
     Py_XDECREF(h->owner);
@@ -271,16 +292,56 @@ dl_deleter(dl_managed_tensor *m)
 }
 
 static void
+dl_deleter(dl_managed_tensor *m)
+{
+    dl_holder_free((dl_holder *)m);
+}
+
+static void
+dl_deleter_versioned(dl_managed_tensor_versioned *m)
+{
+    dl_holder_free((dl_holder *)m);
+}
+
+static void
 dl_capsule_destructor(PyObject *capsule)
 {
-    dl_managed_tensor *m;
+    /* A consumer renames a used capsule "used_dltensor[_versioned]" and
+     * owns it. */
+    if (PyCapsule_IsValid(capsule, "dltensor")) {
+        dl_managed_tensor *m = PyCapsule_GetPointer(capsule, "dltensor");
 
-    /* A consumer renames a used capsule "used_dltensor" and owns it. */
-    if (!PyCapsule_IsValid(capsule, "dltensor"))
-        return;
-    m = PyCapsule_GetPointer(capsule, "dltensor");
-    if (m != NULL && m->deleter != NULL)
-        m->deleter(m);
+        if (m != NULL && m->deleter != NULL)
+            m->deleter(m);
+    } else if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
+        dl_managed_tensor_versioned *m =
+            PyCapsule_GetPointer(capsule, "dltensor_versioned");
+
+        if (m != NULL && m->deleter != NULL)
+            m->deleter(m);
+    }
+}
+
+/* Whether `max_version` (None or a (major, minor) tuple) admits DLPack
+ * 1.0; -1 with an exception set. */
+static int
+wants_versioned(PyObject *max_version)
+{
+    long major;
+
+    if (max_version == Py_None)
+        return 0;
+    if (!PyTuple_Check(max_version) || PyTuple_GET_SIZE(max_version) != 2) {
+        PyErr_Format(PyExc_TypeError,
+                     "__dlpack__: max_version must be None or a (major, "
+                     "minor) tuple, got %R",
+                     max_version);
+        return -1;
+    }
+    major = PyLong_AsLong(PyTuple_GET_ITEM(max_version, 0));
+    if (major == -1 && PyErr_Occurred())
+        return -1;
+    return major >= 1;
 }
 
 static int
@@ -307,7 +368,9 @@ dl_type_of(const PyArray_Descr *d, dl_data_type *out)
     return 0;
 }
 
-/* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) */
+/* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None):
+ * a "dltensor_versioned" capsule (DLPack 1.0, inputs flagged read-only) when
+ * max_version admits it, else a legacy "dltensor" one. */
 static PyObject *
 buffer_dlpack(PyObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -318,7 +381,8 @@ buffer_dlpack(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *stream = Py_None, *max_version = Py_None, *dev = Py_None;
     PyObject *copy = Py_None, *capsule;
     dl_holder *h;
-    int i;
+    dl_tensor *t;
+    int i, versioned;
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOO:__dlpack__", kwlist,
                                      &stream, &max_version, &dev, &copy))
@@ -331,10 +395,14 @@ buffer_dlpack(PyObject *self, PyObject *args, PyObject *kwargs)
                         "own memory");
         return NULL;
     }
+    versioned = wants_versioned(max_version);
+    if (versioned < 0)
+        return NULL;
     h = PyMem_RawCalloc(1, sizeof *h);
     if (h == NULL)
         return PyErr_NoMemory();
-    if (dl_type_of(b->descr, &h->managed.dl_tensor.dtype) < 0) {
+    t = versioned ? &h->m.versioned.dl_tensor : &h->m.legacy.dl_tensor;
+    if (dl_type_of(b->descr, &t->dtype) < 0) {
         PyMem_RawFree(h);
         PyErr_SetString(PyExc_BufferError,
                         "__dlpack__: this dtype has no DLPack type code");
@@ -342,19 +410,30 @@ buffer_dlpack(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     for (i = 0; i < b->ndim; i++)
         h->shape[i] = (int64_t)b->shape[i];
-    h->managed.dl_tensor.data = b->data;
-    h->managed.dl_tensor.device.device_type = 1; /* kDLCPU */
-    h->managed.dl_tensor.device.device_id = 0;
-    h->managed.dl_tensor.ndim = b->ndim;
-    h->managed.dl_tensor.shape = h->shape;
-    h->managed.dl_tensor.strides = NULL; /* row-major */
-    h->managed.manager_ctx = h;
-    h->managed.deleter = dl_deleter;
+    t->data = b->data;
+    t->device.device_type = 1; /* kDLCPU */
+    t->device.device_id = 0;
+    t->ndim = b->ndim;
+    t->shape = h->shape;
+    t->strides = NULL; /* row-major */
     Py_INCREF(self);
     h->owner = self;
-    capsule = PyCapsule_New(&h->managed, "dltensor", dl_capsule_destructor);
+    if (versioned) {
+        h->m.versioned.version.major = 1;
+        h->m.versioned.version.minor = 0;
+        h->m.versioned.manager_ctx = h;
+        h->m.versioned.deleter = dl_deleter_versioned;
+        h->m.versioned.flags = b->readonly ? DL_FLAG_READ_ONLY : 0;
+        capsule = PyCapsule_New(&h->m.versioned, "dltensor_versioned",
+                                dl_capsule_destructor);
+    } else {
+        h->m.legacy.manager_ctx = h;
+        h->m.legacy.deleter = dl_deleter;
+        capsule =
+            PyCapsule_New(&h->m.legacy, "dltensor", dl_capsule_destructor);
+    }
     if (capsule == NULL)
-        dl_deleter(&h->managed);
+        dl_holder_free(h);
     return capsule;
 }
 
@@ -394,7 +473,9 @@ static PyMethodDef buffer_methods[] = {
     {"__array__", (PyCFunction)(void (*)(void))buffer_array,
      METH_VARARGS | METH_KEYWORDS, "A numpy view of the buffer (no copy)."},
     {"__dlpack__", (PyCFunction)(void (*)(void))buffer_dlpack,
-     METH_VARARGS | METH_KEYWORDS, "A DLPack capsule viewing the buffer."},
+     METH_VARARGS | METH_KEYWORDS,
+     "A DLPack capsule viewing the buffer (DLPack 1.0 when max_version "
+     "admits it: outputs writable, inputs read-only)."},
     {"__dlpack_device__", buffer_dlpack_device, METH_NOARGS,
      "(device type, device id) of the buffer: (kDLCPU, 0)."},
     {NULL, NULL, 0, NULL},
@@ -575,6 +656,12 @@ hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
                              "%s not called: the Python interpreter is "
                              "shutting down",
                              what);
+    rc = hcb_py_target_enter(&t->base,
+                             "host_callback.buffer_callback: callback", err);
+    if (rc != HCB_OK) {
+        hcb_py_gil_release(gil);
+        return rc;
+    }
     buffers = PyList_New(0);
     if (buffers != NULL &&
         append_buffers(t->base.state, buffers, args, nargs, device, 1) == 0 &&
@@ -599,6 +686,7 @@ hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
         rc = HCB_EINVAL;
     }
     Py_XDECREF(result);
+    hcb_py_target_leave(&t->base);
     hcb_py_gil_release(gil);
     return rc;
 }

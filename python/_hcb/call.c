@@ -478,6 +478,11 @@ hcb_py_call(void *user, hcb_device device, const hcb_array *args, size_t nargs,
                              PREFIX "not called: the Python interpreter is "
                                     "shutting down",
                              t->base.name);
+    rc = hcb_py_target_enter(&t->base, "host_callback.call: callback", err);
+    if (rc != HCB_OK) {
+        hcb_py_gil_release(gil);
+        return rc;
+    }
     value = argument_of(t, device, args, nargs);
     result = value != NULL ? call_function(t, device, value) : NULL;
     Py_XDECREF(value);
@@ -487,6 +492,7 @@ hcb_py_call(void *user, hcb_device device, const hcb_array *args, size_t nargs,
         rc = fill_results(t, result, results, nresults, err);
         Py_DECREF(result);
     }
+    hcb_py_target_leave(&t->base);
     hcb_py_gil_release(gil);
     return rc;
 }

@@ -30,6 +30,7 @@ typedef struct hcb_state {
     PyObject *tree_flatten;    /* jax.tree_util.tree_flatten */
     PyObject *warn;            /* callable(message): the runtime's warnings */
     PyObject *device_cache;    /* dict: device_key -> jax.Device */
+    PyObject *targets;         /* dict: id -> capsule of a live Python target */
     PyObject *str_unflatten;   /* interned "unflatten" */
     PyObject *str_write;       /* interned "write" */
     PyObject *str_device;      /* interned "device" */
@@ -37,13 +38,31 @@ typedef struct hcb_state {
     atomic_int shutting_down;  /* set at exit: taps are no longer delivered */
 } hcb_state;
 
-/* A Python tap target: what the runtime passes back as `user`.  Lives (with
- * its references) for the rest of the process, like the compiled programs
- * that embed its id. */
+/* What a Python target is (how to release it). */
+typedef enum {
+    HCB_PY_TAP = 1,
+    HCB_PY_CALL,
+    HCB_PY_BUFFER,
+    HCB_PY_PRINT
+} hcb_py_kind;
+
+/* A Python tap target: what the runtime passes back as `user`.  The struct
+ * itself lives for the rest of the process (the runtime's registry keeps
+ * its address), but its Python references are dropped by
+ * hcb_py_target_release once no compiled program embeds its id and no
+ * record for it is queued (host_callback/_runtime.py decides when): a
+ * released target reports an error instead of calling anything.  `site`,
+ * `busy` and `release_pending` are read and written with the GIL held. */
 typedef struct hcb_py_target {
     PyObject *module; /* strong: keeps the state alive */
     hcb_state *state;
-    PyObject *site; /* strong: (func, treedef, transforms, with_device) */
+    /* strong: (func, treedef, transforms, with_device) or the kind's own
+     * site; NULL once released */
+    PyObject *site;
+    hcb_py_kind kind;
+    atomic_int_fast64_t holds; /* live executables embedding its id */
+    int busy;                  /* deliveries running now (they hold `site`) */
+    int release_pending;       /* released while busy: drop at the last leave */
     char name[64];
 } hcb_py_target;
 
@@ -85,10 +104,20 @@ typedef struct hcb_py_print_target {
     const char **dev_names;
     size_t ndevices;
     PyObject *stream; /* strong; NULL: sys.stdout at each write */
+    int broken;       /* a write failed: write no more (GIL) */
     char *strings;
 } hcb_py_print_target;
 
 /* bridge.c */
+/* With the GIL: starts a delivery to `t`, which keeps its site until
+ * hcb_py_target_leave.  An error code with `err` filled (no exception) when
+ * `t` was released; `kind` ("tap function", ...) names it for the message,
+ * with its name. */
+int hcb_py_target_enter(hcb_py_target *t, const char *kind, hcb_error *err);
+void hcb_py_target_leave(hcb_py_target *t);
+/* With the GIL: drops the target's Python references now, or when its last
+ * running delivery leaves. */
+void hcb_py_target_release(hcb_py_target *t);
 /* Takes the GIL from any thread; -1 (nothing taken) once the interpreter
  * is shutting down. */
 int hcb_py_gil_ensure(hcb_state *st, PyGILState_STATE *gil);
@@ -175,6 +204,25 @@ PyObject *hcb_py_format_value(hcb_state *st, PyObject *args);
 /* print_write(stream, texts): writes each text and a newline, under the
  * lock that keeps the records of several devices apart. */
 PyObject *hcb_py_print_write(hcb_state *st, PyObject *args);
+
+/* lifetime.c: holds of live executables on Python targets. */
+/* Enters a registered target in the table by id; -1 when out of memory. */
+int hcb_py_lifetime_add(hcb_py_target *t, uint64_t id);
+/* The INSTANTIATE stage of hcb_tap, hcb_call and hcb_sharded_check. */
+struct XLA_FFI_Error;
+struct XLA_FFI_CallFrame;
+struct XLA_FFI_Error *hcb_py_ffi_instantiate(struct XLA_FFI_CallFrame *frame);
+/* {"type_id": capsule, "type_info": capsule} for jax.ffi.register_ffi_type */
+PyObject *hcb_py_hold_type(void);
+/* holds(id) -> int (-1 for no Python target) */
+PyObject *hcb_py_holds(PyObject *arg);
+/* wait_unused(timeout_s): returns when a hold count dropped to zero (or
+ * notify_unused was called) since the previous call, or after timeout_s;
+ * without the GIL.  One caller. */
+PyObject *hcb_py_wait_unused(PyObject *arg);
+PyObject *hcb_py_notify_unused(void);
+/* Once per process: re-creates the table's lock in a forked child. */
+void hcb_py_lifetime_init(void);
 
 /* call.c */
 int hcb_py_call(void *user, hcb_device device, const hcb_array *args,

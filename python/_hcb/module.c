@@ -73,7 +73,7 @@ hcb_configure(PyObject *module, PyObject *args)
 /* A new Python target of `size` bytes (which starts with an hcb_py_target)
  * for `site`, or NULL with an exception set. */
 static void *
-target_new(PyObject *module, PyObject *site, const char *name,
+target_new(PyObject *module, PyObject *site, hcb_py_kind kind, const char *name,
            Py_ssize_t name_len, size_t size)
 {
     hcb_state *st = state_of(module);
@@ -93,6 +93,7 @@ target_new(PyObject *module, PyObject *site, const char *name,
     t->state = st;
     Py_INCREF(site);
     t->site = site;
+    t->kind = kind;
     snprintf(t->name, sizeof t->name, "%.*s", (int)name_len, name);
     return t;
 }
@@ -106,14 +107,57 @@ target_free(hcb_py_target *t)
     PyMem_RawFree(t);
 }
 
-/* The id of a registered target, or (after freeing it) the error. */
+/* The id of a registered target (kept in the module's table of targets,
+ * for release()), or (after freeing it) the error. */
 static PyObject *
 target_registered(hcb_py_target *t, int rc, uint64_t id, const hcb_error *err)
 {
-    if (rc == HCB_OK)
-        return PyLong_FromUnsignedLongLong(id);
-    target_free(t);
-    return raise_hcb(err);
+    PyObject *key, *cap;
+
+    if (rc != HCB_OK) {
+        target_free(t);
+        return raise_hcb(err);
+    }
+    /* Registered: the runtime holds its address from now on, so it is never
+     * freed; if it cannot enter the tables it is merely never released. */
+    if (hcb_py_lifetime_add(t, id) < 0)
+        return PyErr_NoMemory();
+    key = PyLong_FromUnsignedLongLong(id);
+    cap = PyCapsule_New(t, "host_callback._hcb.target", NULL);
+    if (key == NULL || cap == NULL ||
+        PyDict_SetItem(t->state->targets, key, cap) < 0) {
+        Py_XDECREF(key);
+        Py_XDECREF(cap);
+        return NULL;
+    }
+    Py_DECREF(cap);
+    return key;
+}
+
+/* release(id) -> bool: drops the Python references of the Python target
+ * `id` (now, or when its running deliveries return); False when `id` is no
+ * live Python target.  Called by host_callback/_runtime.py once no compiled
+ * program embeds the id and every record queued for it was delivered. */
+static PyObject *
+hcb_release(PyObject *module, PyObject *arg)
+{
+    hcb_state *st = state_of(module);
+    PyObject *cap;
+    hcb_py_target *t;
+
+    cap = PyDict_GetItemWithError(st->targets, arg); /* borrowed */
+    if (cap == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_FALSE;
+    }
+    t = PyCapsule_GetPointer(cap, "host_callback._hcb.target");
+    if (t == NULL)
+        return NULL;
+    if (PyDict_DelItem(st->targets, arg) < 0)
+        return NULL;
+    hcb_py_target_release(t);
+    Py_RETURN_TRUE;
 }
 
 /* Registers `t` (whose first member is its hcb_py_target) as a tap target
@@ -150,7 +194,7 @@ call_target_registered(hcb_py_target *t, hcb_call_fn fn)
 }
 
 /* register_tap(site, name) -> int.  `site` is (func, treedef, transforms,
- * with_device); it is kept for the life of the process. */
+ * with_device); it is kept until release(id). */
 static PyObject *
 hcb_register_tap(PyObject *module, PyObject *args)
 {
@@ -172,7 +216,7 @@ hcb_register_tap(PyObject *module, PyObject *args)
                         "with_device) with a callable func");
         return NULL;
     }
-    t = target_new(module, site, name, name_len, sizeof *t);
+    t = target_new(module, site, HCB_PY_TAP, name, name_len, sizeof *t);
     if (t == NULL)
         return NULL;
     rc = register_tap_target(t, hcb_py_tap, &id, &err);
@@ -192,7 +236,7 @@ int_attr(PyObject *obj, const char *name)
 
 /* register_call(site, name) -> int.  `site` is a CallSite: (func,
  * arg_treedef, result_treedef, result_avals, with_device, narrow_x64); it is
- * kept for the life of the process. */
+ * kept until release(id). */
 static PyObject *
 hcb_register_call(PyObject *module, PyObject *args)
 {
@@ -220,7 +264,7 @@ hcb_register_call(PyObject *module, PyObject *args)
     narrow = PyObject_IsTrue(PyTuple_GET_ITEM(site, 5));
     if (nodes < 0 || leaves < 0 || with_device < 0 || narrow < 0)
         return NULL;
-    t = target_new(module, site, name, name_len, sizeof *t);
+    t = target_new(module, site, HCB_PY_CALL, name, name_len, sizeof *t);
     if (t == NULL)
         return NULL;
     t->func = PyTuple_GET_ITEM(site, 0);
@@ -233,8 +277,7 @@ hcb_register_call(PyObject *module, PyObject *args)
 }
 
 /* register_buffer_callback(site, name) -> int.  `site` is (callback,
- * in_treedef, out_treedef, context_type); kept for the life of the
- * process. */
+ * in_treedef, out_treedef, context_type); kept until release(id). */
 static PyObject *
 hcb_register_buffer_callback(PyObject *module, PyObject *args)
 {
@@ -254,7 +297,7 @@ hcb_register_buffer_callback(PyObject *module, PyObject *args)
                         "context_type)");
         return NULL;
     }
-    t = target_new(module, site, name, name_len, sizeof *t);
+    t = target_new(module, site, HCB_PY_BUFFER, name, name_len, sizeof *t);
     if (t == NULL)
         return NULL;
     t->callback = PyTuple_GET_ITEM(site, 0);
@@ -290,7 +333,7 @@ hcb_register_print(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "site must be a TapSite");
         return NULL;
     }
-    t = target_new(module, site, name, name_len, sizeof *t);
+    t = target_new(module, site, HCB_PY_PRINT, name, name_len, sizeof *t);
     if (t == NULL)
         return NULL;
     rest = PyTuple_GetSlice(args, 2, 9);
@@ -385,6 +428,53 @@ hcb_run_call(PyObject *module, PyObject *args)
 }
 
 static PyObject *
+hcb_hold_type(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return hcb_py_hold_type();
+}
+
+static PyObject *
+hcb_holds(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    return hcb_py_holds(arg);
+}
+
+static PyObject *
+hcb_wait_unused(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    return hcb_py_wait_unused(arg);
+}
+
+static PyObject *
+hcb_notify_unused(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return hcb_py_notify_unused();
+}
+
+/* A handler with an INSTANTIATE stage too (lifetime.c): {"instantiate":
+ * capsule, "execute": capsule}. */
+static PyObject *
+with_instantiate(PyObject *execute)
+{
+    PyObject *d = PyDict_New(), *inst;
+
+    if (d == NULL)
+        return NULL;
+    inst = PyCapsule_New((void *)hcb_py_ffi_instantiate, NULL, NULL);
+    if (inst == NULL || PyDict_SetItemString(d, "instantiate", inst) < 0 ||
+        PyDict_SetItemString(d, "execute", execute) < 0)
+        Py_CLEAR(d);
+    Py_XDECREF(inst);
+    return d;
+}
+
+static PyObject *
 hcb_ffi_handlers(PyObject *module, PyObject *unused)
 {
     PyObject *d = PyDict_New(), *cap;
@@ -396,14 +486,17 @@ hcb_ffi_handlers(PyObject *module, PyObject *unused)
     static const struct {
         const char *name;
         XLA_FFI_Handler *fn;
-    } handlers[] = {{"hcb_tap", hcb_ffi_tap},
-                    {"hcb_call", hcb_ffi_call},
-                    {"hcb_device_ordinal", hcb_ffi_ordinal_handler},
-                    {"hcb_sharded_check", hcb_ffi_sharded_check}};
+        int holds; /* has a callback_id: count the executables */
+    } handlers[] = {{"hcb_tap", hcb_ffi_tap, 1},
+                    {"hcb_call", hcb_ffi_call, 1},
+                    {"hcb_device_ordinal", hcb_ffi_ordinal_handler, 0},
+                    {"hcb_sharded_check", hcb_ffi_sharded_check, 1}};
     size_t i;
 
     for (i = 0; i < sizeof handlers / sizeof handlers[0]; i++) {
         cap = PyCapsule_New((void *)handlers[i].fn, NULL, NULL);
+        if (cap != NULL && handlers[i].holds)
+            Py_SETREF(cap, with_instantiate(cap));
         if (cap == NULL || PyDict_SetItemString(d, handlers[i].name, cap) < 0) {
             Py_XDECREF(cap);
             Py_DECREF(d);
@@ -618,6 +711,8 @@ static PyMethodDef hcb_methods[] = {
      "format_value(nodes, arrays, options) -> str: the C printer."},
     {"print_write", hcb_print_write_fn, METH_VARARGS,
      "print_write(stream, texts): write under id_print's lock."},
+    {"release", hcb_release, METH_O,
+     "release(id) -> bool: drop the Python references of target id."},
     {"register_native_tap", hcb_register_native_tap, METH_VARARGS,
      "register_native_tap(fn, user, name) -> id: a C hcb_tap_fn."},
     {"register_native_call", hcb_register_native_call, METH_VARARGS,
@@ -627,7 +722,16 @@ static PyMethodDef hcb_methods[] = {
     {"run_call", hcb_run_call, METH_VARARGS,
      "run_call(callback_id, device_key, args, outs): run a call target."},
     {"ffi_handlers", hcb_ffi_handlers, METH_NOARGS,
-     "ffi_handlers() -> {name: capsule} for jax.ffi.register_ffi_target."},
+     "ffi_handlers() -> {name: capsule or {stage: capsule}} for "
+     "jax.ffi.register_ffi_target."},
+    {"hold_type", hcb_hold_type, METH_NOARGS,
+     "hold_type() -> the FFI type of a hold, for jax.ffi.register_ffi_type."},
+    {"holds", hcb_holds, METH_O,
+     "holds(id) -> live executables embedding Python target id (-1: none)."},
+    {"wait_unused", hcb_wait_unused, METH_O,
+     "wait_unused(timeout_s): wait until a hold count drops to zero."},
+    {"notify_unused", hcb_notify_unused, METH_NOARGS,
+     "notify_unused(): wake wait_unused (a site was retired)."},
     {"barrier", (PyCFunction)(void (*)(void))hcb_barrier, METH_FASTCALL,
      "barrier(device_key=None): wait until submitted records are consumed."},
     {"stop", hcb_stop, METH_NOARGS,
@@ -654,6 +758,7 @@ hcb_exec(PyObject *module)
 
     if (PyArray_ImportNumPyAPI() < 0)
         return -1;
+    hcb_py_lifetime_init();
     st->rt = hcb_runtime_default();
     if (st->rt == NULL) {
         PyErr_SetString(PyExc_MemoryError,
@@ -672,6 +777,9 @@ hcb_exec(PyObject *module)
             0)
         return -1;
     st->device_cache = PyDict_New();
+    st->targets = PyDict_New();
+    if (st->targets == NULL)
+        return -1;
     st->str_unflatten = PyUnicode_InternFromString("unflatten");
     st->str_write = PyUnicode_InternFromString("write");
     st->str_device = PyUnicode_InternFromString("device");
@@ -702,6 +810,7 @@ hcb_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->tree_flatten);
     Py_VISIT(st->warn);
     Py_VISIT(st->device_cache);
+    Py_VISIT(st->targets);
     return 0;
 }
 
@@ -720,6 +829,7 @@ hcb_clear(PyObject *module)
     Py_CLEAR(st->tree_flatten);
     Py_CLEAR(st->warn);
     Py_CLEAR(st->device_cache);
+    Py_CLEAR(st->targets);
     Py_CLEAR(st->str_unflatten);
     Py_CLEAR(st->str_write);
     Py_CLEAR(st->str_device);

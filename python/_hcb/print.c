@@ -11,6 +11,12 @@
  * A value the C printer cannot print (a dtype it does not know) goes to the
  * site's Python Printer instead, like any Python tap.
  *
+ * A stream whose write fails (a closed pipe, a closed file) is broken for
+ * good: the first failure is reported like a failed tap (logged once,
+ * raised by barrier_wait) and that id_print writes nothing more, rather
+ * than logging one error per record.  The Printer's `broken` attribute
+ * tells its Python path (host_callback/_print.py) the same.
+ *
  * One process-wide lock keeps the lines of one record together when
  * several devices print at once.  It is always taken before the GIL, never
  * while holding it, so the two cannot deadlock.
@@ -265,6 +271,30 @@ hcb_py_print_clear(hcb_py_print_target *t)
 /* ---- the tap ----------------------------------------------------------------
  */
 
+/* With the exception of a failed write pending: marks the Printer
+ * `printer` broken (for its Python path too) and replaces the exception by
+ * one that says so, caused by it. */
+static void
+mark_printer_broken(PyObject *printer)
+{
+    PyObject *cause = hcb_py_fetch_exception(), *type, *value, *tb;
+
+    if (PyObject_SetAttrString(printer, "broken", Py_True) < 0)
+        PyErr_Clear();
+    PyErr_Format(PyExc_RuntimeError,
+                 "id_print's write failed: its stream is broken, this "
+                 "id_print writes nothing more (%s: %S)",
+                 cause != NULL ? Py_TYPE(cause)->tp_name : "?",
+                 cause != NULL ? cause : Py_None);
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && cause != NULL)
+        PyException_SetCause(value, cause); /* steals cause */
+    else
+        Py_XDECREF(cause);
+    PyErr_Restore(type, value, tb);
+}
+
 #define STACK_TEXT 8192
 
 /* The text of a value, in `stack` (STACK_TEXT bytes) or, when longer, in a
@@ -341,16 +371,34 @@ hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
                              "id_print output lost: the Python interpreter is "
                              "shutting down");
     }
+    if (hcb_py_target_enter(&t->base, "tap function", err) != HCB_OK) {
+        hcb_py_gil_release(gil);
+        print_unlock(locked);
+        free(heap);
+        return err->code;
+    }
+    if (t->broken) {
+        hcb_py_target_leave(&t->base);
+        hcb_py_gil_release(gil);
+        print_unlock(locked);
+        free(heap);
+        return HCB_OK;
+    }
     s1 = kv_line(t, hcb_record_device(rec));
     s2 = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
-    if (PyErr_Occurred() || s2 == NULL ||
-        (s1 != NULL && write_text(t->base.state, t->stream, s1) < 0) ||
-        write_text(t->base.state, t->stream, s2) < 0) {
-        Py_XDECREF(hcb_py_report_exception(&t->base, "id_print's write", err));
+    if (PyErr_Occurred() || s2 == NULL) {
+        Py_XDECREF(hcb_py_report_exception(&t->base, "id_print", err));
+        rc = HCB_ECALLBACK;
+    } else if ((s1 != NULL && write_text(t->base.state, t->stream, s1) < 0) ||
+               write_text(t->base.state, t->stream, s2) < 0) {
+        t->broken = 1;
+        mark_printer_broken(PyTuple_GET_ITEM(t->base.site, 0));
+        Py_XDECREF(hcb_py_report_exception(&t->base, "id_print", err));
         rc = HCB_ECALLBACK;
     }
     Py_XDECREF(s1);
     Py_XDECREF(s2);
+    hcb_py_target_leave(&t->base);
     hcb_py_gil_release(gil);
     print_unlock(locked);
     free(heap);

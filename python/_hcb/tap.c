@@ -64,13 +64,18 @@ hcb_py_tap(void *user, hcb_record *rec, hcb_error *err)
     hcb_py_target *t = user;
     PyGILState_STATE gil;
     PyObject *result;
-    int rc = HCB_OK;
+    int rc;
 
     if (hcb_py_gil_ensure(t->state, &gil) < 0)
         return hcb_error_set(err, HCB_ESTATE,
                              "tap function '%s' not called: the Python "
                              "interpreter is shutting down",
                              t->name);
+    rc = hcb_py_target_enter(t, "tap function", err);
+    if (rc != HCB_OK) {
+        hcb_py_gil_release(gil);
+        return rc;
+    }
     in_tap = 1;
     result = call_site(t->state, t->site, rec);
     in_tap = 0;
@@ -82,6 +87,7 @@ hcb_py_tap(void *user, hcb_record *rec, hcb_error *err)
         rc = HCB_ECALLBACK;
     }
     Py_XDECREF(result);
+    hcb_py_target_leave(t);
     hcb_py_gil_release(gil);
     return rc;
 }

@@ -24,15 +24,18 @@ def batch_by_method(args: Sequence[Any], dims: Sequence[Any], *,
                     vmap_method: str | None, what: str, nout: int,
                     bind_one: Callable[[list[Any]], Sequence[Any]],
                     bind_batched: Callable[[list[Any], int], Sequence[Any]],
-                    always_broadcast: frozenset[int] = frozenset()
+                    always_broadcast: frozenset[int] = frozenset(),
+                    legacy_message: str = ""
                     ) -> tuple[list[Any], list[int]]:
   """Batches one callback: ``bind_one(args)`` binds it on unbatched
   arguments, ``bind_batched(args, size)`` on arguments whose leading axis is
   the batch (its results get one too).  ``always_broadcast`` lists the
-  arguments that ``expand_dims`` must broadcast instead (aliased ones)."""
+  arguments that ``expand_dims`` must broadcast instead (aliased ones).
+  ``legacy_message`` starts the error without a ``vmap_method``: the words
+  of the removed module, which its users search for."""
   if vmap_method is None:
     raise NotImplementedError(
-        f"{what} under vmap needs a vmap_method: pass "
+        f"{legacy_message}{what} under vmap needs a vmap_method: pass "
         "vmap_method='sequential' (one call per batch element), "
         "'expand_dims' or 'broadcast_all' (one call with batched arrays), "
         "as for jax.pure_callback.")

@@ -25,7 +25,6 @@ from jax.interpreters import mlir
 from host_callback import _batching
 from host_callback import _containers
 from host_callback import _hcb
-from host_callback import _jax
 from host_callback import _lowering
 from host_callback import _native
 from host_callback import _runtime
@@ -57,10 +56,13 @@ class ExecutionContext:
 
   @property
   def stream(self) -> int:
-    """The device stream; CPU computations have none."""
-    raise RuntimeError(
-        f"ExecutionContext.stream: {self.device} is a CPU device, which has "
-        "no stream (streams exist only for GPU buffer callbacks)")
+    """The device stream; CPU computations have none: raises
+    ``jax.errors.JaxRuntimeError`` ("UNIMPLEMENTED: XLA FFI GPU context is
+    not available"), as JAX's own ``ExecutionContext.stream`` does."""
+    raise jax.errors.JaxRuntimeError(
+        "UNIMPLEMENTED: XLA FFI GPU context is not available "
+        f"(ExecutionContext.stream: {self.device} is a CPU device, which has "
+        "no stream; streams exist only for GPU buffer callbacks)")
 
   def __repr__(self) -> str:
     return f"ExecutionContext(device={self.device}, stage={self.stage.name})"
@@ -85,7 +87,7 @@ buffer_callback_p.multiple_results = True
 
 
 def _impl(*args: Any, **params: Any) -> Any:
-  return _jax.apply_primitive(buffer_callback_p, *args, **params)
+  return _runtime.apply_eagerly(buffer_callback_p, *args, **params)
 
 
 def _abstract_eval(*avals: Any, result_avals: tuple[Any, ...],
@@ -104,7 +106,7 @@ def _lowering_rule(ctx: mlir.LoweringRuleContext, *args: Any,
       ctx, "hcb_call", args, what="buffer_callback",
       has_side_effect=flavor is not CallbackFlavor.PURE, device_index=0,
       operand_output_aliases=dict(input_output_aliases),
-      callback_id=np.uint64(_runtime.site_id(site)))
+      callback_id=np.uint64(_runtime.lowered_site_id(ctx, site)))
 
 
 def _jvp(*args: Any, **params: Any) -> Any:

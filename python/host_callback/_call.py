@@ -24,7 +24,6 @@ from jax.interpreters import mlir
 from host_callback import _batching
 from host_callback import _config
 from host_callback import _containers
-from host_callback import _jax
 from host_callback import _leaves
 from host_callback import _lowering
 from host_callback import _native
@@ -43,7 +42,7 @@ def _name(site: CallSite) -> str:
 
 
 def _call_impl(*args: Any, **params: Any) -> Any:
-  return _jax.apply_primitive(call_p, *args, **params)
+  return _runtime.apply_eagerly(call_p, *args, **params)
 
 
 def _call_abstract_eval(*avals: Any, site: CallSite, device_index: int,
@@ -63,7 +62,7 @@ def _call_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
       ctx, "hcb_call", args, what="call",
       has_side_effect=flavor is not CallbackFlavor.PURE,
       device_index=device_index,
-      callback_id=np.uint64(_runtime.site_id(site)))
+      callback_id=np.uint64(_runtime.lowered_site_id(ctx, site)))
 
 
 def _call_jvp(primals: Sequence[Any], tangents: Sequence[Any], *,
@@ -97,7 +96,9 @@ def _call_batching(args: Sequence[Any], dims: Sequence[Any], *,
       what=f"host_callback.call of {_name(site)!r}",
       nout=len(site.result_avals),
       bind_one=lambda full: call_p.bind(*full, site=site, **params),
-      bind_batched=bind_batched)
+      bind_batched=bind_batched,
+      legacy_message="batching rules are implemented only for id_tap, not "
+                     "for call. ")
 
 
 call_p.def_impl(_call_impl)
@@ -117,7 +118,8 @@ def _leaf_aval(leaf: Any) -> tuple[tuple[int, ...], np.dtype]:
   elif isinstance(leaf, (bool, int, float, complex, np.bool_, np.number)):
     shape, dtype = (), np.result_type(leaf)
   else:
-    raise TypeError(f"{type(leaf).__name__} is not a numeric scalar")
+    raise TypeError(f"the leaf {leaf!r} (a {type(leaf).__name__}) is "
+                    "neither a numeric scalar nor has 'shape' and 'dtype'")
   dtype = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
   ShapedArray(shape, dtype)  # rejects what JAX cannot compute on
   return shape, dtype
@@ -132,11 +134,13 @@ def _declared_results(result_shape: Any
   try:
     return treedef, tuple(_leaf_aval(leaf) for leaf in leaves)
   except Exception as e:
+    # The removed module's words first: its users search for them.
     raise ValueError(
-        "host_callback.call: result_shape should be a pytree whose structure "
-        "matches the result of the callback function; its leaves must be "
-        "numeric scalars, or must have 'shape' and 'dtype' attributes. Got "
-        f"{result_shape!r} ({e})") from None
+        "result_shape should be a pytree of values with structure matching "
+        "the expected result of the callback function. The values must be "
+        "either numeric scalars, or must have 'shape' and 'dtype' "
+        f"attributes. Got {result_shape}. host_callback.call: {e}"
+    ) from None
 
 
 # ---- inline mode ----------------------------------------------------------
@@ -221,6 +225,11 @@ def call(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
     NotImplementedError: a ``DEBUG`` flavor call with a ``result_shape``;
       differentiation (wrap the caller in ``jax.custom_jvp``/``custom_vjp``);
       ``vmap`` without ``vmap_method``.
+    jax.errors.JaxRuntimeError: ``callback_func`` raised or returned a
+      wrong result (eagerly, every time; under ``jit`` JAX raises it, except
+      that its C++ dispatch of a jitted function that has run before raises
+      a computation that failed while it waited as ``ValueError`` with the
+      same message, as it does for ``jax.pure_callback``).
   """
   native = _native.is_native(callback_func, NativeCallback,
                              "host_callback.call")
@@ -230,6 +239,8 @@ def call(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
     raise TypeError("callback_flavor must be a CallbackFlavor, got "
                     f"{callback_flavor!r}")
   _batching.check_vmap_method(vmap_method)
+  device_index = _runtime.checked_device_index(device_index,
+                                               "host_callback.call")
   if callback_flavor is CallbackFlavor.DEBUG and result_shape is not None:
     raise NotImplementedError(
         "host_callback.call: the DEBUG flavor can be used only when "
@@ -255,6 +266,6 @@ def call(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
       result = callback_func(value)
     return _inline_result(site, result)
 
-  outs = call_p.bind(*sent, site=site, device_index=int(device_index),
+  outs = call_p.bind(*sent, site=site, device_index=device_index,
                      flavor=callback_flavor, vmap_method=vmap_method)
   return result_treedef.unflatten(outs)

@@ -2,7 +2,8 @@
 
 ``HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE``
     Per-device bound, in bytes, on tapped data waiting for its tap function
-    (default 256e6, at least 16e6).  When a device's queue is full the device
+    (default 256e6, from 16e6 to 2**63-1; anything else is a
+    ``ValueError`` that names the variable).  When a device's queue is full the device
     waits (back-pressure); nothing is dropped.
 ``HOST_CALLBACK_INLINE``
     ``1``/``true``: outside ``jax.jit`` and other staging, call tap functions
@@ -18,6 +19,8 @@ import os
 
 DEFAULT_MAX_QUEUE_BYTES = int(256e6)
 MIN_MAX_QUEUE_BYTES = int(16e6)
+# The runtime keeps the bound in a size_t; past this it means "no bound".
+MAX_MAX_QUEUE_BYTES = 2**63 - 1
 
 
 def _env(name: str) -> tuple[str, str] | None:
@@ -43,16 +46,19 @@ def max_queue_bytes() -> int:
   if found is None:
     return DEFAULT_MAX_QUEUE_BYTES
   name, value = found
+  accepted = (f"a number of bytes from {MIN_MAX_QUEUE_BYTES} to "
+              f"{MAX_MAX_QUEUE_BYTES}, such as 256e6")
+  number: int | float
   try:
-    size = int(float(value))
+    number = int(value)
   except ValueError:
-    raise ValueError(
-        f"{name} must be a number of bytes such as 256e6, got {value!r}"
-    ) from None
-  if size < MIN_MAX_QUEUE_BYTES:
-    raise ValueError(
-        f"{name} must be at least {MIN_MAX_QUEUE_BYTES} bytes, got {size}")
-  return size
+    try:
+      number = float(value)
+    except ValueError:
+      raise ValueError(f"{name} must be {accepted}; got {value!r}") from None
+  if not MIN_MAX_QUEUE_BYTES <= number <= MAX_MAX_QUEUE_BYTES:  # nan too
+    raise ValueError(f"{name} must be {accepted}; got {value!r}")
+  return int(number)
 
 
 def inline() -> bool:

@@ -40,6 +40,7 @@ on the body's discarded result, as under the removed module.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
 import jax
@@ -62,17 +63,20 @@ def _keeps(eqn: JaxprEqn) -> bool:
           eqn.params["flavor"] is not CallbackFlavor.PURE)
 
 
-_holds_cache: dict[int, tuple[Any, bool]] = {}
+# id(jaxpr) -> (weak reference to it, whether it holds a callback).  Weak:
+# a jaxpr's parameters hold our sites, hence the user's functions, which
+# must go when JAX's caches let the jaxpr go.
+_holds_cache: dict[int, tuple[weakref.ref[Jaxpr], bool]] = {}
 
 
 def _jaxpr_holds_callback(jaxpr: Jaxpr) -> bool:
   cached = _holds_cache.get(id(jaxpr))
-  if cached is not None and cached[0] is jaxpr:
+  if cached is not None and cached[0]() is jaxpr:
     return cached[1]
   found = any(_keeps(eqn) or _eqn_holds_callback(eqn) for eqn in jaxpr.eqns)
   if len(_holds_cache) > 4096:
     _holds_cache.clear()
-  _holds_cache[id(jaxpr)] = (jaxpr, found)
+  _holds_cache[id(jaxpr)] = (weakref.ref(jaxpr), found)
   return found
 
 

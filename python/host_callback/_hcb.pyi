@@ -93,6 +93,25 @@ def register_call(site: CallSite, name: str, /) -> int:
 def register_buffer_callback(site: BufferSite, name: str, /) -> int:
   """Registers a Python buffer callback site; returns its id."""
 
+def release(callback_id: int, /) -> bool:
+  """Drops the Python references of Python target ``callback_id`` (now, or
+  when its running deliveries return); False when it is no live Python
+  target.  A record or call for it afterwards is an error."""
+
+def hold_type() -> Any:
+  """The FFI type of a hold on a target, for jax.ffi.register_ffi_type."""
+
+def holds(callback_id: int, /) -> int:
+  """Live executables that embed Python target ``callback_id`` (-1: no
+  such target)."""
+
+def wait_unused(timeout_s: float, /) -> None:
+  """Returns when a hold count dropped to zero or notify_unused() was
+  called since the previous call, or after ``timeout_s``."""
+
+def notify_unused() -> None:
+  """Wakes wait_unused."""
+
 def register_print(site: TapSite, name: str, nodes: Sequence[_PrintNode],
                    kv_before: str, kv_after: str, with_device: bool,
                    devices: tuple[tuple[int, str], ...],

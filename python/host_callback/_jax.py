@@ -54,6 +54,20 @@ def forget_runtime_tokens() -> None:
   _dispatch.runtime_tokens.clear()
 
 
+def output_runtime_tokens() -> list[Any]:
+  """The runtime tokens of the computations with host callbacks (or
+  effects) that this thread dispatched last, one per device.
+
+  dispatch.runtime_tokens (a RuntimeTokenSet, thread-local) and its
+  ``output_runtime_tokens`` dict {device: token with block_until_ready()}:
+  ``jax.effects_barrier`` waits for them, but only in the thread that
+  dispatched.  A callback's id is released by another thread, which waits
+  for the computations its last program had started (_runtime.py).
+  JAX 0.10-0.12.
+  """
+  return list(_dispatch.runtime_tokens.output_runtime_tokens.values())
+
+
 # ---- program order (_order.py) ------------------------------------------------
 
 # dispatch.JAXPR_TO_MLIR_MODULE_EVENT: the jax.monitoring event that
@@ -268,6 +282,10 @@ TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
     ("dispatch.runtime_tokens.clear",
      lambda: None if callable(getattr(_dispatch.runtime_tokens, "clear", None))
      else "runtime_tokens has no clear()"),
+    ("dispatch.runtime_tokens.output_runtime_tokens",
+     lambda: None if isinstance(getattr(_dispatch.runtime_tokens,
+                                        "output_runtime_tokens", None), dict)
+     else "runtime_tokens has no output_runtime_tokens dict"),
     ("effects.Effect and the allowed-effect sets", _check_effect_sets),
     ("partial_eval.partial_eval_jaxpr_custom_rules",
      lambda: None if isinstance(partial_eval_jaxpr_custom_rules, dict)

@@ -13,10 +13,13 @@ import jax
 
 
 def as_array(x: Any) -> Any:
-  """``x`` as a JAX array or tracer."""
+  """``x`` as a JAX array or tracer.  ``jax.device_put`` rather than
+  ``jax.numpy.asarray``: the latter compiles a program of its own (JAX's
+  ``stage``) for each new shape and dtype, so an eager call compiled twice;
+  both canonicalise the dtype and keep Python scalars weakly typed."""
   if isinstance(x, (jax.Array, jax.core.Tracer)):
     return x
-  return jax.numpy.asarray(x)
+  return jax.device_put(x)
 
 
 def flatten(tree: Any) -> tuple[list[Any], Any]:

@@ -29,6 +29,7 @@ from jax.interpreters import mlir
 from host_callback import _hcb
 from host_callback import _jax
 from host_callback import _order
+from host_callback import _runtime
 
 
 def _sharded_devices(ctx: mlir.LoweringRuleContext) -> int:
@@ -68,8 +69,13 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
       ctx.replace(avals_in=(), avals_out=(i32,))).results
   callback_id = int(callback_id)
   out_avals = ctx.avals_out
+  # No custom call carries the id here: JAX keeps run_on_device with the
+  # runtime executable, so holding the site's registration in it keeps the
+  # id for exactly as long (_runtime.py, lifetime).
+  registration = _runtime.registration_of(callback_id)
 
-  def run_on_device(device_ordinal: Any, *arrays: Any) -> Sequence[Any]:
+  def run_on_device(device_ordinal: Any, *arrays: Any,
+                    _holds: Any = registration) -> Sequence[Any]:
     key = int(device_ordinal)  # a CPU device key is its ordinal
     if target == "hcb_tap":
       _hcb.submit_tap(callback_id, key, arrays[:int(ntapped)])

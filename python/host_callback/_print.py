@@ -100,7 +100,7 @@ class Printer:
   """
 
   __slots__ = ("kwargs", "threshold", "output_stream", "numpy_options",
-               "options", "_key", "__weakref__")
+               "options", "broken", "_key", "__weakref__")
 
   def __init__(self, kwargs: dict[str, Any],
                output_stream: SupportsWrite[str] | None,
@@ -110,6 +110,9 @@ class Printer:
     self.output_stream = output_stream
     self.numpy_options = np.get_printoptions()
     self.options = _c_options(self.numpy_options, self.threshold)
+    # A write failed (a closed pipe, a closed file): report that once and
+    # write nothing more, rather than one error per tap.
+    self.broken = False
     self._key = (self.kwargs, self.threshold, id(output_stream),
                  tuple((k, _frozen(v))
                        for k, v in sorted(self.numpy_options.items())))
@@ -128,12 +131,20 @@ class Printer:
 
   def __call__(self, arg: Any, transforms: Sequence[Any],
                device: Any = None) -> None:
+    if self.broken:
+      return
     texts = []
     kv = self.kv_line(transforms, device)
     if kv:
       texts.append(kv + "\n")
     texts.append(self.format(arg) + "\n")
-    _hcb.print_write(self.output_stream, tuple(texts))
+    try:
+      _hcb.print_write(self.output_stream, tuple(texts))
+    except Exception as e:
+      self.broken = True
+      raise RuntimeError(
+          "id_print's write failed: its stream is broken, this id_print "
+          f"writes nothing more ({type(e).__name__}: {e})") from e
 
   def kv_pairs(self, transforms: Sequence[Any], device: Any) -> list[str]:
     """The ``k: v`` pairs of one tap, sorted by key."""
@@ -261,6 +272,7 @@ def id_print(arg: Any, *, result: Any = None, tap_with_device: bool = False,
   Returns:
     ``arg``, or ``result`` if given.
   """
+  device_index = _runtime.checked_device_index(device_index, "id_print")
   printer = Printer(kwargs, output_stream, threshold)
   return _tap.id_tap(printer, arg, result=result,
                      tap_with_device=tap_with_device,

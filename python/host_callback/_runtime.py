@@ -5,12 +5,42 @@ call sites (each gets the id that compiled programs carry), the registration
 of the FFI handlers with XLA, the last exception raised by a callback, and
 the ``atexit`` flush.  ``barrier_wait``, ``stop_outfeed_receiver`` and ``stats``
 live here too.
+
+The life of a site's id (DESIGN.md section 4: callables are kept while
+something can still call them).  Two things hold a Python site's id:
+
+- the compiled executables that embed it: the custom calls that carry a
+  callback id count them (python/_hcb/lifetime.c: XLA's INSTANTIATE stage
+  takes a hold, destroying the executable drops it).  XLA keeps an
+  executable alive while a computation of it runs and while JAX's C++
+  dispatch cache holds it, so no computation can reach a site with no
+  hold;
+- Python: the site's :class:`_Registration`, which :func:`lowered_site_id`
+  makes a keepalive of each lowering (JAX keeps it with the lowering caches
+  and the executable's Python object).  It covers what the holds do not:
+  the lowered but not yet compiled program, and jit over sharded operands,
+  where the id travels in JAX's own Python callback.
+
+The registry refers to registrations weakly, so while either lives the same
+site gets the same id (and re-tracing the same function hits JAX's
+compilation cache).  When the registration is finalised the id is retired;
+once it has no hold either, the computations JAX ran with runtime tokens
+from the retiring thread have finished and every record queued by then has
+been delivered, the C target drops its references (``_hcb.release``): the
+function, its closure, the treedefs.  A background thread (``hcb-release``)
+does that as soon as it can, and ``barrier_wait`` does it for what was
+retired before it.  A record or call that still reached a released id would
+be an error naming the function, never a call to freed memory.  Native (C)
+targets are kept for the process: they hold no Python.
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import logging
+import os
+import re
 import threading
 import traceback
 import weakref
@@ -164,6 +194,26 @@ def _dtype_table() -> tuple[Any, ...]:
   return tuple(table)
 
 
+def checked_device_index(device_index: Any, what: str) -> int:
+  """``device_index`` as an int, or a clear error: it must index the
+  process's local devices (``jax.local_devices()``, as the removed module
+  used it).  Checked where the callback is bound, so that a program on one
+  device (or under ``pmap``/``shard_map``, where every device calls) does
+  not silently accept it; jit over sharded operands checks it against the
+  computation's devices when lowering (_lowering.py)."""
+  if isinstance(device_index, bool) or not isinstance(
+      device_index, (int, np.integer)):
+    raise TypeError(f"{what}: device_index must be an int, got "
+                    f"{device_index!r}")
+  count = len(jax.local_devices())
+  if not 0 <= device_index < count:
+    raise ValueError(
+        f"{what}: device_index={int(device_index)} is out of range: this "
+        f"process has {count} local device{'s' if count != 1 else ''}, so "
+        f"device_index must be from 0 to {count - 1}")
+  return int(device_index)
+
+
 def device_key(device: jax.Device) -> int:
   """The runtime's key of a CPU device (HCB_DEVICE in include/hcb/hcb.h)."""
   return (_PLATFORM_CPU << 32) | device.id
@@ -180,12 +230,49 @@ def _device_for_key(key: int) -> jax.Device:
   raise LookupError(f"no JAX device for platform {platform} ordinal {ordinal}")
 
 
+class _Registration:
+  """Keeps a site's runtime id registered while it lives: compiled programs
+  that embed the id hold it (a keepalive of their lowering); the registry
+  holds it weakly.  Finalising it retires the id (see the module's
+  docstring)."""
+
+  __slots__ = ("id", "releasable", "__weakref__")
+
+  def __init__(self, site_id: int, releasable: bool):
+    self.id = site_id
+    self.releasable = releasable
+
+  def __del__(self) -> None:
+    if self.releasable:
+      try:
+        _retire(self.id)
+      except Exception:  # pylint: disable=broad-except
+        pass  # the interpreter is exiting: nothing needs releasing
+
+  def __repr__(self) -> str:
+    return f"host_callback site id {self.id}"
+
+
 class _State:
   """The Python side's process-wide state, guarded by ``lock``."""
 
   def __init__(self) -> None:
     self.lock = threading.RLock()  # site_id re-enters for native sites
-    self.site_ids: dict[tuple[type, Any], int] = {}
+    # Sites of Python functions, while a compiled program embeds their id.
+    self.registrations: weakref.WeakValueDictionary[
+        tuple[type, Any], _Registration] = weakref.WeakValueDictionary()
+    # Sites of native (C) functions: for the process.
+    self.native: dict[tuple[type, Any], _Registration] = {}
+    # The same registrations by id.
+    self.by_id: weakref.WeakValueDictionary[int, _Registration] = (
+        weakref.WeakValueDictionary())
+    # (id, runtime tokens of the thread that retired it) of finalised
+    # registrations, to be released: appended from any thread, taken by the
+    # release thread or barrier_wait (a deque's append and popleft are
+    # atomic).
+    self.retired: collections.deque[tuple[int, list[Any]]] = (
+        collections.deque())
+    self.release_thread: threading.Thread | None = None
     self.handlers_registered = False
     self.atexit_registered = False
     self.exiting = False
@@ -220,7 +307,11 @@ _hcb.set_max_queue_bytes(_config.MAX_QUEUE_BYTES)
 
 
 def _register_handlers() -> None:
-  """Registers the C FFI handlers with XLA (once per process)."""
+  """Registers the C FFI handlers with XLA (once per process), and the type
+  of the state by which the custom calls that carry a callback id count the
+  live executables that embed it (python/_hcb/lifetime.c)."""
+  jax.ffi.register_ffi_type("hcb_target_hold", _hcb.hold_type(),
+                            platform="cpu")
   for name, capsule in _hcb.ffi_handlers().items():
     jax.ffi.register_ffi_target(name, capsule, platform="cpu")
 
@@ -246,20 +337,175 @@ def ensure_started() -> None:
       _state.atexit_registered = True
 
 
-def site_id(site: Any) -> int:
-  """The runtime id of a tap, call or buffer-callback site (anything with a
-  ``register() -> id`` method), registering it on first use."""
+def _is_native(site: Any) -> bool:
+  return isinstance(site, (NativeTap, NativeCallback)) or isinstance(
+      getattr(site, "func", None), (NativeTap, NativeCallback))
+
+
+def _registration(site: Any) -> _Registration:
+  """The registration of a tap, call or buffer-callback site (anything with
+  a ``register() -> id`` method), registering it on first use."""
   key = (type(site), site)
-  found = _state.site_ids.get(key)
+  table: Any = _state.native if _is_native(site) else _state.registrations
+  found = table.get(key)
   if found is not None:
     return found
   ensure_started()
   with _state.lock:
-    found = _state.site_ids.get(key)
+    found = table.get(key)
     if found is None:
-      found = site.register()
-      _state.site_ids[key] = found
-    return found
+      found = _Registration(site.register(), not _is_native(site))
+      table[key] = found
+      _state.by_id[found.id] = found
+  return found
+
+
+def registration_of(site_id: int) -> _Registration | None:
+  """The live registration of ``site_id``, for a lowering that carries the
+  id in an object JAX keeps with the runtime executable (its own Python
+  callback under jit over sharded operands): holding it there keeps the
+  site for exactly as long as that executable."""
+  return _state.by_id.get(site_id)
+
+
+def site_id(site: Any) -> int:
+  """The runtime id of a site (see :func:`_registration`).  Kept registered
+  only while something holds it: programs get theirs from
+  :func:`lowered_site_id`."""
+  return _registration(site).id
+
+
+def lowered_site_id(ctx: Any, site: Any) -> int:
+  """The runtime id of ``site`` for the program being lowered in ``ctx``
+  (an ``mlir.LoweringRuleContext``): the id's registration becomes a
+  keepalive of the lowering, which JAX keeps with the executable, so the
+  site stays registered as long as a compiled program embeds its id.
+
+  ``ModuleContext.add_keepalive`` is JAX's public-by-convention lowering
+  API (``jax.interpreters.mlir``), the way JAX kept its own CPU callbacks
+  alive; ``add_host_callback`` would cost the C++ fast dispatch path."""
+  registration = _registration(site)
+  ctx.module_context.add_keepalive(registration)
+  return registration.id
+
+
+# How XLA's status prints: "INVALID_ARGUMENT: ...", "UNKNOWN: ...".
+_XLA_STATUS = re.compile(r"[A-Z_]+: ")
+
+
+def apply_eagerly(prim: Any, *args: Any, **params: Any) -> Any:
+  """``prim`` applied outside ``jit`` (its impl rule).  A failed call or
+  buffer callback raises ``jax.errors.JaxRuntimeError`` every time: JAX's
+  C++ dispatch, which runs the cached program from the second time on,
+  reports any failed computation as ``ValueError`` (jaxlib's
+  PjitFunction_tp_vectorcall turns every error status into one)."""
+  from host_callback import _jax
+  try:
+    return _jax.apply_primitive(prim, *args, **params)
+  except ValueError as e:
+    message = str(e)
+    if _XLA_STATUS.match(message) and "host_callback" in message:
+      raise jax.errors.JaxRuntimeError(message) from None
+    raise
+
+
+def _retire(site_id: int) -> None:
+  """Called when no compiled program holds ``site_id`` any more (from a
+  finaliser: on any thread, at any time, so it only takes note)."""
+  if _state.exiting:
+    return
+  # The thread that drops a program is mostly the one that dispatched it:
+  # JAX's tokens of its computations with host callbacks (jit over sharded
+  # operands) are thread-local, so take them now.
+  from host_callback import _jax
+  tokens = _jax.output_runtime_tokens()
+  if (not tokens and _hcb.holds(site_id) <= 0 and
+      _hcb.stats()["queued_records"] == 0):
+    # Nothing can reach it any more, nothing for it waits to be delivered:
+    # release it now, as the executable's own references go now.
+    _hcb.release(site_id)
+    return
+  _state.retired.append((site_id, tokens))
+  _hcb.notify_unused()
+  thread = _state.release_thread
+  if thread is None or not thread.is_alive():  # also in a forked child
+    with _state.lock:
+      thread = _state.release_thread
+      if thread is None or not thread.is_alive():
+        _state.release_thread = threading.Thread(
+            target=_release_loop, name="hcb-release", daemon=True)
+        _state.release_thread.start()
+
+
+def _release_thread_after_fork() -> None:
+  """In a forked child the parent's release thread is not there: the next
+  retirement starts one."""
+  _state.release_thread = None
+
+
+os.register_at_fork(after_in_child=_release_thread_after_fork)
+
+
+def _take_retired() -> list[tuple[int, list[Any]]]:
+  taken = []
+  while True:
+    try:
+      taken.append(_state.retired.popleft())
+    except IndexError:
+      return taken
+
+
+def _wait_for_tokens(retired: list[tuple[int, list[Any]]]) -> None:
+  """Waits for the computations behind the runtime tokens of ``retired``
+  (their errors are for their own thread's ``jax.effects_barrier``)."""
+  for _, tokens in retired:
+    for token in tokens:
+      try:
+        token.block_until_ready()
+      except Exception:  # pylint: disable=broad-except
+        pass
+
+
+def _release(retired: list[tuple[int, list[Any]]]) -> None:
+  for site_id, _ in retired:
+    _hcb.release(site_id)
+
+
+def _unheld(retired: list[tuple[int, list[Any]]]
+            ) -> tuple[list[tuple[int, list[Any]]],
+                       list[tuple[int, list[Any]]]]:
+  """Splits retired ids into those no live executable holds and the rest."""
+  free: list[tuple[int, list[Any]]] = []
+  held: list[tuple[int, list[Any]]] = []
+  for entry in retired:
+    (free if _hcb.holds(entry[0]) <= 0 else held).append(entry)
+  return free, held
+
+
+def _release_loop() -> None:
+  """The release thread: releases retired ids as soon as nothing holds
+  them (see the module's docstring)."""
+  pending: list[tuple[int, list[Any]]] = []
+  while not _state.exiting:
+    pending += _take_retired()
+    free, pending = _unheld(pending)
+    if free:
+      try:
+        # Free now: no computation of theirs runs, so all their records
+        # are queued; deliver them first.
+        _wait_for_tokens(free)
+        if _hcb.stats()["queued_records"]:
+          _hcb.barrier()
+      except Exception:  # pylint: disable=broad-except
+        logger.debug("host_callback: release wait failed", exc_info=True)
+        pending += free
+      else:
+        if _state.exiting:
+          return
+        _release(free)
+        continue
+    # Woken when a hold drops to zero or an id is retired.
+    _hcb.wait_unused(10.0)
 
 
 @jax.jit
@@ -319,10 +565,20 @@ def barrier_wait(logging_name: str | None = None) -> None:
   _refuse_inside_tap("barrier_wait")
   name = logging_name or ""
   logger.debug("barrier_wait[%s]: start", name)
+  # Retired ids that no executable holds now: every record of theirs is
+  # queued, so the barrier delivers them and they can go after it.
+  retired, held = _unheld(_take_retired())
+  _state.retired.extend(held)
   if _state.handlers_registered:
-    _wait_for_devices()
-    _hcb.barrier()
+    try:
+      _wait_for_tokens(retired)
+      _wait_for_devices()
+      _hcb.barrier()
+    except BaseException:
+      _state.retired.extend(retired)
+      raise
   logger.debug("barrier_wait[%s]: done", name)
+  _release(retired)
   # The runtime counts every failed tap; the Python hook keeps the
   # exception object.  Prefer the object, but never lose an error the hook
   # could not record (e.g. the hook itself failed).
@@ -373,6 +629,7 @@ def stats() -> dict[str, Any]:
 def _at_exit() -> None:
   """Delivers every pending tap before the interpreter exits."""
   _state.exiting = True
+  _hcb.notify_unused()
   try:
     barrier_wait("at_exit")
   except CallbackException as e:
@@ -380,4 +637,9 @@ def _at_exit() -> None:
   except Exception:  # JAX may already be shutting down: still stop.
     logger.exception("host_callback: at-exit barrier failed")
   finally:
+    # The release thread may be waiting on the devices: let it finish
+    # before JAX's own exit hooks tear the backends down.
+    thread = _state.release_thread
+    if thread is not None and thread.is_alive():
+      thread.join(timeout=5)
     _hcb.shutdown()

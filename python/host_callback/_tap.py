@@ -78,7 +78,8 @@ def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
       has_side_effect=flavor is not CallbackFlavor.PURE,
       device_index=device_index,
       operand_output_aliases={i: i for i in range(len(args))},
-      callback_id=np.uint64(_runtime.site_id(site)), ntapped=np.int64(ntapped))
+      callback_id=np.uint64(_runtime.lowered_site_id(ctx, site)),
+      ntapped=np.int64(ntapped))
 
 
 def _tap_batching(args: Any, dims: Any, *, site: _runtime.TapSite,
@@ -198,6 +199,7 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap, arg: Any, *,
     raise TypeError("callback_flavor must be a CallbackFlavor, got "
                     f"{callback_flavor!r}")
 
+  device_index = _runtime.checked_device_index(device_index, "id_tap")
   leaves, treedef = _leaves.flatten(arg)
   tapped = _leaves.key_data_of_keys(leaves)
   site = _runtime.TapSite(tap_func if isinstance(tap_func, NativeTap) else
@@ -215,7 +217,7 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap, arg: Any, *,
     return arg if result is None else result
 
   outs = tap_p.bind(*tapped, *_leaves.key_data_of_keys(res_leaves), site=site,
-                    ntapped=len(tapped), device_index=int(device_index),
+                    ntapped=len(tapped), device_index=device_index,
                     flavor=callback_flavor, differentiated=False)
   if result is None:
     return treedef.unflatten(_leaves.rewrap_keys(leaves, outs[:len(tapped)]))

@@ -93,6 +93,29 @@ def test_zero_copy_views_and_in_place_aliasing():
   assert addresses["out"] == addresses["in"]  # one buffer, no copy
 
 
+def _dlpack_views(buffer_callback):
+  seen = {}
+
+  def cb(ctx, out, x):
+    o, i = np.from_dlpack(out), np.from_dlpack(x)
+    seen["writable"] = (o.flags.writeable, i.flags.writeable)
+    seen["capsule"] = type(out).__name__, (
+        "dltensor_versioned" in repr(out.__dlpack__(max_version=(1, 0))))
+    o[...] = i * 3  # code written for JAX's buffer_callback
+
+  out = jax.jit(buffer_callback(cb, F32_3))(jnp.ones(3))
+  np.testing.assert_array_equal(out, [3., 3., 3.])
+  return seen
+
+
+def test_from_dlpack_of_an_output_is_writable_as_with_jax():
+  from jax.experimental import buffer_callback as jax_buffer_callback
+  jax_seen = _dlpack_views(jax_buffer_callback.buffer_callback)
+  seen = _dlpack_views(hcb.buffer_callback)
+  assert seen["writable"] == jax_seen["writable"] == (True, False)
+  assert seen["capsule"] == ("Buffer", True)
+
+
 def test_a_256MB_output_costs_no_copy():
   proc = run_python("""
       import resource, jax, jax.numpy as jnp, numpy as np
@@ -135,13 +158,33 @@ def test_execution_context():
 
   def cb(ctx, out, x):
     seen.append((ctx.stage, ctx.device))
-    with pytest.raises(RuntimeError, match="no stream"):
-      ctx.stream
     np.asarray(out)[...] = np.asarray(x)
 
   f = jax.jit(hcb.buffer_callback(cb, F32_3))
   f(jax.device_put(jnp.ones(3), jax.devices()[2]))
   assert seen == [(hcb.ExecutionStage.EXECUTE, jax.devices()[2])]
+
+
+def _stream_error(buffer_callback):
+  errors = []
+
+  def cb(ctx, out, x):
+    try:
+      ctx.stream
+    except BaseException as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  jax.jit(buffer_callback(cb, F32_3))(jnp.ones(3))
+  return errors[0]
+
+
+def test_stream_on_cpu_raises_as_jax_does():
+  from jax.experimental import buffer_callback as jax_buffer_callback
+  jax_error = _stream_error(jax_buffer_callback.buffer_callback)
+  error = _stream_error(hcb.buffer_callback)
+  assert type(error) is type(jax_error) is jax.errors.JaxRuntimeError
+  assert str(jax_error) == "UNIMPLEMENTED: XLA FFI GPU context is not available"
+  assert str(error).startswith(str(jax_error))
 
 
 @pytest.mark.parametrize("aliases, message", [

@@ -99,9 +99,18 @@ def test_no_result(shape):
 @pytest.mark.parametrize("bad", ["float32", object(), [1., "x"],
                                  {"a": lambda: 0}])
 def test_bad_result_shape_is_a_trace_time_value_error(bad):
-  with pytest.raises(ValueError,
-                     match="must have 'shape' and 'dtype' attributes"):
+  with pytest.raises(ValueError) as info:
     jax.jit(lambda x: hcb.call(lambda v: v, x, result_shape=bad))(1.)
+  # The removed module's words first (users search for them), then ours.
+  assert str(info.value).startswith(
+      "result_shape should be a pytree of values with structure matching the "
+      "expected result of the callback function. The values must be either "
+      "numeric scalars, or must have 'shape' and 'dtype' attributes. Got "
+      f"{bad}. host_callback.call: ")
+  if isinstance(bad, str):
+    assert str(info.value).endswith(
+        "host_callback.call: the leaf 'float32' (a str) is neither a numeric "
+        "scalar nor has 'shape' and 'dtype'")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -490,8 +499,13 @@ def test_custom_vjp_makes_a_call_differentiable():
 
 
 def test_vmap_without_vmap_method_names_the_fix():
-  with pytest.raises(NotImplementedError, match="vmap_method"):
+  with pytest.raises(NotImplementedError) as info:
     jax.vmap(lambda x: hcb.call(np.sin, x, result_shape=x))(jnp.ones(3))
+  # The removed module's words first (users search for them), then ours.
+  assert str(info.value).startswith(
+      "batching rules are implemented only for id_tap, not for call. "
+      "host_callback.call of 'sin' under vmap needs a vmap_method: pass "
+      "vmap_method='sequential'")
 
 
 @pytest.mark.parametrize("method", ["sequential", "sequential_unrolled",
@@ -604,3 +618,88 @@ def test_call_from_a_tap_function_on_the_same_device_is_diagnosed():
   assert "'<lambda>.<locals>.<lambda>' on cpu:0 has waited 5 s for the taps " \
          "its device issued before it" in stderr
   assert "they wait for each other" in stderr
+
+
+def test_an_eager_call_compiles_once_per_signature():
+  compiles = []
+
+  def listen(event, duration, **kwargs):
+    if event == "/jax/core/compile/backend_compile_duration":
+      compiles.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(listen)
+
+  def double(x):
+    return x * 2
+
+  x = np.arange(35, dtype=np.float32).reshape(5, 7)  # a shape of its own
+  for _ in range(3):
+    out = hcb.call(double, x, result_shape=x)
+    np.testing.assert_array_equal(out, x * 2)
+  hcb.id_tap(lambda v, t: None, x)  # an eager tap of the same argument
+  assert len(compiles) == 2, compiles  # the call's program and the tap's
+
+
+def _fails_the_second_time(call):
+  state = {"fail": False}
+
+  def host(x):
+    if state["fail"]:
+      raise ValueError("host says no")
+    return x
+
+  call(host)
+  state["fail"] = True
+  return lambda: call(host)
+
+
+def test_a_failing_eager_call_raises_jax_runtime_error_every_time():
+  # From the second time on JAX runs the cached program through its C++
+  # dispatch, which reports any failed computation as ValueError.
+  x = jnp.ones(3)
+  again = _fails_the_second_time(
+      lambda f: hcb.call(f, x, result_shape=x))
+  for _ in range(2):
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match="UNKNOWN: host_callback.call: callback '.*host' "
+                             "raised ValueError: host says no"):
+      again()
+  with pytest.raises(hcb.CallbackException):
+    hcb.barrier_wait()
+
+  def fill(f):
+    def cb(ctx, out, v):
+      np.asarray(out)[...] = f(np.asarray(v))
+    return hcb.buffer_callback(cb, F32_3)(x)
+
+  again = _fails_the_second_time(fill)
+  for _ in range(2):
+    with pytest.raises(jax.errors.JaxRuntimeError, match="host says no"):
+      again()
+  with pytest.raises(hcb.CallbackException):
+    hcb.barrier_wait()
+
+
+def test_a_jitted_call_that_fails_on_jax_fast_path_names_the_callback():
+  # JAX's C++ dispatch of a jitted function that has run before raises a
+  # computation that failed synchronously as ValueError (jaxlib's
+  # PjitFunction turns every error status into one; JAX's own pure_callback
+  # too): the message is the same as on JAX's Python path.
+  state = {"fail": False}
+
+  def host(x):
+    if state["fail"]:
+      raise ValueError("host says no")
+    return x
+
+  f = jax.jit(lambda v: hcb.call(host, v, result_shape=v))
+  x = jnp.ones(3)
+  f(x)
+  state["fail"] = True
+  for _ in range(2):
+    with pytest.raises((jax.errors.JaxRuntimeError, ValueError),
+                       match="UNKNOWN: host_callback.call: callback '.*host' "
+                             "raised ValueError: host says no"):
+      jax.block_until_ready(f(x))
+  with pytest.raises(hcb.CallbackException):
+    hcb.barrier_wait()

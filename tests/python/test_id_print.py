@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from typing import Any
@@ -546,3 +549,60 @@ def test_64_bit_dtypes_with_x64(tmp_path):
       np.array([2**62, -1], np.int64), np.array([2**64 - 1], np.uint64),
       np.array([0.1, 1e300]), np.array([1 + 2j], np.complex128)))) + "\n"
   assert done.stdout == want
+
+
+# ---- a broken output stream ---------------------------------------------------
+
+class BrokenStream:
+  """A stream whose reader has gone: every write raises."""
+
+  def __init__(self) -> None:
+    self.writes = 0
+
+  def write(self, s: str) -> None:
+    self.writes += 1
+    raise BrokenPipeError(32, "Broken pipe")
+
+
+@pytest.mark.parametrize("path", ["C printer", "Python printer"])
+def test_a_broken_stream_is_reported_once_and_written_no_more(path, caplog):
+  stream = BrokenStream()
+  step = lambda c, x: (c, hcb.id_print(x, what="x", output_stream=stream))
+  f = jax.jit(lambda xs: jax.lax.scan(step, 0, xs)[1])
+  if path == "C printer":
+    f(jnp.arange(50.))
+  else:  # print options the C printer does not implement
+    with np.printoptions(formatter={"float": lambda v: f"<{v}>"}):
+      f(jnp.arange(50.))
+  with pytest.raises(hcb.CallbackException, match="BrokenPipeError"):
+    hcb.barrier_wait()
+  assert stream.writes == 1
+  errors = [r for r in caplog.records if r.levelname == "ERROR"]
+  assert len(errors) == 1, [r.getMessage() for r in errors]
+  assert "this id_print writes nothing more" in errors[0].getMessage()
+  f(jnp.arange(50.))  # the same printer: still nothing, no new error
+  hcb.barrier_wait()
+  assert stream.writes == 1
+
+
+def test_stdout_a_closed_pipe_logs_once(tmp_path):
+  # The issue's case: `python prog.py | true`, 100 taps.
+  prog = tmp_path / "prog.py"
+  prog.write_text(textwrap.dedent("""
+      import sys, time, jax, jax.numpy as jnp
+      from jax import lax
+      import host_callback as hcb
+      time.sleep(0.5)  # the reader has gone: stdout is a closed pipe
+      f = jax.jit(lambda xs: lax.scan(
+          lambda c, x: (c, hcb.id_print(x, what="x")), 0, xs)[1])
+      f(jnp.arange(100))
+      try:
+        hcb.barrier_wait()
+      except hcb.CallbackException:
+        print("barrier_wait raised", file=sys.stderr)
+  """))
+  proc = subprocess.run(f"'{sys.executable}' '{prog}' | true", shell=True,
+                        capture_output=True, text=True, timeout=120)
+  assert proc.stderr.count("exception in tap function") == 1, proc.stderr
+  assert "this id_print writes nothing more" in proc.stderr
+  assert "barrier_wait raised" in proc.stderr

@@ -4,6 +4,7 @@ device, flavors, errors of use."""
 from __future__ import annotations
 
 import functools
+import io
 
 import jax
 import jax.numpy as jnp
@@ -305,3 +306,64 @@ def test_unused_tap_runs_inside_scan_with_no_outputs_at_all(collect):
   jax.jit(lambda: lax.scan(step, 0, jnp.arange(3))[0])()
   hcb.barrier_wait()
   assert [int(a) for a in collect.args] == [0, 1, 2]
+
+
+# ---- device_index ---------------------------------------------------------------
+
+OUT_OF_RANGE = ("device_index=4 is out of range: this process has 4 local "
+                "devices, so device_index must be from 0 to 3")
+
+
+def _bind_each(device_index):
+  tap = lambda x, t: None
+  yield "id_tap", lambda x: hcb.id_tap(tap, x, device_index=device_index)
+  yield "id_print", lambda x: hcb.id_print(x, device_index=device_index,
+                                            output_stream=io.StringIO())
+  yield "host_callback.call", lambda x: hcb.call(
+      lambda v: v, x, result_shape=x, device_index=device_index)
+
+
+@pytest.mark.parametrize("where", ["eager", "jit", "pmap", "shard_map"])
+def test_device_index_out_of_range_is_a_clear_error(where):
+  from jax.sharding import Mesh, PartitionSpec as P
+  x = jnp.ones((4, 3))
+  for what, bind in _bind_each(4):
+    if where == "eager":
+      run = lambda: bind(x)
+    elif where == "jit":
+      run = lambda: jax.jit(bind)(x)
+    elif where == "pmap":
+      run = lambda: jax.pmap(bind)(x)
+    else:
+      mesh = Mesh(np.array(jax.devices()), ("d",))
+      run = lambda: jax.jit(jax.shard_map(bind, mesh=mesh, in_specs=P("d"),
+                                          out_specs=P("d")))(x)
+    with pytest.raises(ValueError, match=f"^{what}: {OUT_OF_RANGE}"):
+      run()
+
+
+def test_device_index_must_be_an_int_and_in_range_is_accepted():
+  with pytest.raises(TypeError, match="id_tap: device_index must be an int, "
+                                      "got '0'"):
+    hcb.id_tap(lambda x, t: None, 1., device_index="0")
+  with pytest.raises(ValueError, match="device_index=-1 is out of range"):
+    hcb.call(lambda v: v, 1., result_shape=1., device_index=-1)
+  assert float(jax.jit(lambda x: hcb.call(
+      lambda v: v + 1, x, result_shape=x, device_index=np.int64(3)))(1.)) == 2.
+
+
+def test_device_index_out_of_range_on_one_device():
+  proc = run_python("""
+      import jax, host_callback as hcb
+      for bind in (lambda x: hcb.id_tap(lambda *a: None, x, device_index=5),
+                   lambda x: hcb.call(lambda v: v, x, result_shape=x,
+                                      device_index=5)):
+        try:
+          jax.jit(bind)(1.)
+        except ValueError as e:
+          print(str(e).splitlines()[0].split(": ", 1)[1])
+  """, env={"JAX_NUM_CPU_DEVICES": "1"})
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.splitlines() == [
+      "device_index=5 is out of range: this process has 1 local device, so "
+      "device_index must be from 0 to 0"] * 2

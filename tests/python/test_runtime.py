@@ -152,9 +152,34 @@ def test_queue_bound_setting(name):
   assert proc.stdout.strip() == "32000000"
   proc = run_python("import host_callback", env={name: "1000"})
   assert proc.returncode != 0
-  assert f"{name} must be at least 16000000 bytes, got 1000" in proc.stderr
-  proc = run_python("import host_callback", env={name: "lots"})
-  assert "must be a number of bytes such as 256e6, got 'lots'" in proc.stderr
+  assert (f"ValueError: {name} must be a number of bytes from 16000000 to "
+          "9223372036854775807, such as 256e6; got '1000'") in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE",
+                                  "JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE"])
+@pytest.mark.parametrize("value", ["1e100", "-5", "nan", "inf", "-inf", "lots",
+                                   "1e7", "0x10", "9223372036854775808"])
+def test_queue_bound_out_of_range_is_a_value_error_naming_the_variable(
+    name, value, monkeypatch):
+  from host_callback import _config
+  monkeypatch.delenv("HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE", raising=False)
+  monkeypatch.setenv(name, value)
+  with pytest.raises(ValueError) as info:
+    _config.max_queue_bytes()
+  assert str(info.value) == (
+      f"{name} must be a number of bytes from 16000000 to "
+      f"9223372036854775807, such as 256e6; got {value!r}")
+
+
+@pytest.mark.parametrize("value,size", [("16e6", 16_000_000),
+                                        (" 256e6 ", 256_000_000),
+                                        ("9223372036854775807", 2**63 - 1),
+                                        ("1e18", 10**18)])
+def test_queue_bound_in_range(value, size, monkeypatch):
+  from host_callback import _config
+  monkeypatch.setenv("HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE", value)
+  assert _config.max_queue_bytes() == size
 
 
 def test_inline_mode_calls_in_the_calling_thread():
