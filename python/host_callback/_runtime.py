@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import traceback
 import weakref
@@ -185,11 +186,39 @@ class _State:
     self.handlers_registered = False
     self.atexit_registered = False
     self.exiting = False
+    self.probe_compiled = False  # _touch, on every device (_before_fork)
     # (exception, formatted traceback) of the last failing callback.
     self.last_exception: tuple[BaseException, str] | None = None
 
 
 _state = _State()
+
+
+def _before_fork() -> None:
+  """In the parent, before a fork: compiles the probe of barrier_wait for
+  every local CPU device (a forked child cannot compile: XLA's compiler
+  threads are not in it), so that the child's barrier_wait and at-exit
+  flush work."""
+  if not _state.handlers_registered or _state.probe_compiled:
+    return
+  try:
+    for dev in jax.local_devices(backend="cpu"):
+      _touch(jax.device_put(np.int32(0), dev)).block_until_ready()
+    _state.probe_compiled = True
+  except Exception:  # never break the fork itself
+    logger.debug("host_callback: probe compilation before fork failed",
+                 exc_info=True)
+
+
+def _after_fork_in_child() -> None:
+  """In the child of a fork: a lock of its own (a parent thread that held
+  it is not in the child) and no exception of the parent's taps (the parent
+  reports those).  The C runtime resets itself (src/runtime.c, "Fork")."""
+  _state.lock = threading.RLock()
+  _state.last_exception = None
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def _on_callback_error(site: Any, exc: BaseException) -> str:
