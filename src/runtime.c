@@ -53,7 +53,8 @@
  * child never does (they are not freed in the child either: the batch in
  * delivery is not reachable).  The targets stay: compiled programs carry
  * their ids.  The prepare handler takes only `runtimes_mu` (to keep the
- * list whole), never a runtime's lock: a stop may hold a lifecycle lock
+ * list whole) and the record pools' locks (record.c; held for a few
+ * instructions), never a runtime's lock: a stop may hold a lifecycle lock
  * for as long as a tap function runs.  Forking from inside a tap function
  * is not supported (the child's thread would be a consumer).
  *
@@ -912,7 +913,11 @@ static void
 install_atfork(void)
 {
     /* failure (ENOMEM) leaves fork children without a runtime reset, as
-     * before: nothing to report it to */
+     * before: nothing to report it to.  The record pools' handlers first:
+     * prepare handlers run in the reverse order, so runtimes_mu is taken
+     * before the pools' locks, and released after them. */
+    (void)pthread_atfork(hcb__record_fork_prepare, hcb__record_fork_parent,
+                         hcb__record_fork_child);
     (void)pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 

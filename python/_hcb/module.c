@@ -685,6 +685,7 @@ hcb_exec(PyObject *module)
         return -1;
     }
     atomic_init(&st->shutting_down, 0);
+    hcb_py_print_install_fork_handler();
     st->owner_type = (PyTypeObject *)PyType_FromModuleAndSpec(
         module, hcb_py_owner_spec(), NULL);
     if (st->owner_type == NULL)

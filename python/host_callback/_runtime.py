@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 import traceback
 import weakref
@@ -210,12 +211,33 @@ def _before_fork() -> None:
                  exc_info=True)
 
 
+def _flush_at_process_end(_: object = None) -> None:
+  """Delivers the taps a multiprocessing child issued before it ends (its
+  end skips ``atexit``)."""
+  try:
+    barrier_wait("process end")
+  except CallbackException as e:
+    logger.error("host_callback: %s", e)
+
+
+def _at_multiprocessing_start(_: object) -> None:
+  """Run by a forked multiprocessing child as it starts (after it clears the
+  finalizers it inherited): flushes the taps when the child's work ends."""
+  import multiprocessing.util
+  multiprocessing.util.Finalize(None, _flush_at_process_end, exitpriority=0)
+
+
 def _after_fork_in_child() -> None:
   """In the child of a fork: a lock of its own (a parent thread that held
   it is not in the child) and no exception of the parent's taps (the parent
-  reports those).  The C runtime resets itself (src/runtime.c, "Fork")."""
+  reports those).  The C runtime resets itself (src/runtime.c, "Fork").  A
+  multiprocessing child ends without ``atexit``: it flushes its taps with a
+  multiprocessing finalizer instead."""
   _state.lock = threading.RLock()
   _state.last_exception = None
+  mp_util = sys.modules.get("multiprocessing.util")
+  if mp_util is not None and _state.handlers_registered:
+    mp_util.register_after_fork(_state, _at_multiprocessing_start)
 
 
 os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

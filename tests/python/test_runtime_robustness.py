@@ -241,3 +241,36 @@ def test_backpressure_releases_the_device_per_tap():
   assert proc.returncode == 0, proc.stderr[-3000:]
   gap = float(re.search(r"gap (\S+)", proc.stdout).group(1))
   assert gap < 0.35, proc.stdout  # one tap is 0.1 s; a batch was ~1.5 s
+
+
+def test_multiprocessing_child_flushes_its_taps_when_it_ends():
+  # A multiprocessing child ends without atexit: the taps it issued and did
+  # not wait for are still delivered, by the child, before it ends.
+  proc = run_python("""
+      import multiprocessing as mp, os, time, warnings
+      warnings.filterwarnings("ignore")
+      import jax
+      import host_callback as hcb
+      def tap(x, transforms):
+        time.sleep(0.05)
+        print(os.getpid(), "tap", int(x), flush=True)
+      f = jax.jit(lambda x: hcb.id_tap(tap, x))
+      f(0)
+      hcb.barrier_wait()
+      print("parent", os.getpid(), flush=True)
+      def child():
+        for i in range(1, 4):
+          f(i)  # no barrier_wait
+      p = mp.get_context("fork").Process(target=child)
+      p.start()
+      p.join(10)
+      print("child hung" if p.is_alive() else f"child status {p.exitcode}",
+            flush=True)
+      if p.is_alive():
+        p.kill()
+  """, timeout=60)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "child status 0\n" in proc.stdout, proc.stdout
+  parent = re.search(r"^parent (\d+)$", proc.stdout, re.M).group(1)
+  taps = re.findall(r"^(\d+) tap (\d+)$", proc.stdout, re.M)
+  assert [int(v) for p, v in taps if p != parent] == [1, 2, 3], proc.stdout
