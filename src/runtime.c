@@ -58,6 +58,13 @@
  * for as long as a tap function runs.  Forking from inside a tap function
  * is not supported (the child's thread would be a consumer).
  *
+ * Stalls.  A producer that has waited STALL_WARN_NS for room in its queue
+ * calls channel_stalled (queue.c's stall callback, no lock held), which
+ * logs the likely cause, naming the tap function running now
+ * (`delivering`, set around each tap function): a tap function that runs a
+ * computation on its own device while that device waits for room.  At most
+ * once a minute per device; the producer goes on waiting.
+ *
  * Barriers that must react while they wait (Python's Ctrl-C) use
  * hcb_runtime_barrier_poll: the wait wakes every poll interval and calls
  * the caller's check, with no lock held.
