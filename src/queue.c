@@ -27,11 +27,21 @@
  *
  * Done.  The consumer counts records done (`done`, `bytes`) in batches:
  * when it has DONE_BATCH finished, when it has been idle for a moment
- * (DONE_SPINS), before it sleeps, and at once whenever someone waits
- * (`waiters`): a barrier, a call behind taps, a producer out of space.
- * Counting each record as it finishes would move the counters' cache line
- * between the producer's core and the consumer's for every record while
- * the consumer keeps up.
+ * (DONE_SPINS), before it sleeps, and at its next pop whenever someone
+ * waits (`waiters`): a barrier, a call behind taps.  A producer out of
+ * space (`space_waiters`) is served per record: hcb__queue_finished counts
+ * each record done as soon as it is finished, so the producer resumes once
+ * its record fits, not once the whole batch in hand is delivered.  A
+ * producer that starts to wait first counts done itself what the consumer
+ * has finished and not yet counted (count_done takes `finished` and
+ * `finished_bytes` by exchange, so either side may): the consumer adds to
+ * `finished` and then reads `space_waiters`, the producer adds to
+ * `space_waiters` and then takes `finished`, both sequentially consistent,
+ * so a record finished just before the producer began to wait is never
+ * left uncounted while the consumer is busy in the next tap function.
+ * Counting each record as it finishes in every case would move the
+ * counters' cache line between the producer's core and the consumer's for
+ * every record while the consumer keeps up.
  *
  * Sleeping.  An idle consumer polls `pushed` for a few microseconds
  * (POP_SPINS): taps streaming out of a loop arrive closer together than
@@ -52,7 +62,10 @@
  * queue is empty (bytes == 0) and then passes alone.  A producer reserves
  * its bytes with a compare-and-swap, so concurrent producers never
  * overshoot together.  Waiting is what makes a full queue slow the device
- * down (back-pressure); nothing is dropped.
+ * down (back-pressure); nothing is dropped.  A producer that has waited
+ * `stall_ns` calls `stall_fn` once (runtime.c warns: a tap function that
+ * runs a computation on the waiting device deadlocks), with `mu` released,
+ * and waits on.
  *
  * Ordering.  Records leave in the order they were linked: for one producer
  * thread, the order it pushed them.
@@ -64,8 +77,13 @@
  * false has runtime.c start a new consumer, after the stop that closed the
  * queue has joined the old one (runtime.c's lifecycle lock).
  *
+ * Fork.  A child has none of the threads: runtime.c resets its queues
+ * (hcb__queue_reset_after_fork) to empty, consumer-less and unlocked; the
+ * parent's records stay the parent's.
+ *
  * Locks.  `mu` guards only sleeping and waiting; no other lock is taken
- * while holding it (runtime.c takes its lifecycle lock *before* it).
+ * while holding it (runtime.c takes its lifecycle lock *before* it), and no
+ * callback (`stall_fn`) is called while holding it.
  */
 #include <sched.h>
 
@@ -113,6 +131,20 @@ hcb__queue_destroy(hcb__queue *q)
     hcb__mutex_destroy(&q->mu);
 }
 
+void
+hcb__queue_reset_after_fork(hcb__queue *q)
+{
+    size_t max_bytes = atomic_load(&q->max_bytes);
+    void (*stall_fn)(void *, uint64_t) = q->stall_fn;
+    void *stall_user = q->stall_user;
+    uint64_t stall_ns = q->stall_ns;
+
+    /* a failure leaves the old (unlocked-looking) memory: nothing better
+     * can be done in a child, and glibc's init does not fail */
+    (void)hcb__queue_init(q, max_bytes);
+    hcb__queue_set_stall(q, stall_fn, stall_user, stall_ns);
+}
+
 /* Wakes the threads waiting on `progress`, if any.  Called after a change
  * they wait for, made sequentially consistent (see Sleeping). */
 static void
@@ -130,6 +162,17 @@ hcb__queue_set_max_bytes(hcb__queue *q, size_t max_bytes)
 {
     atomic_store(&q->max_bytes, max_bytes);
     wake_waiters(q);
+}
+
+static void count_done(hcb__queue *q);
+
+void
+hcb__queue_set_stall(hcb__queue *q, void (*fn)(void *, uint64_t), void *user,
+                     uint64_t after_ns)
+{
+    q->stall_fn = fn;
+    q->stall_user = user;
+    q->stall_ns = after_ns;
 }
 
 static bool
@@ -156,17 +199,34 @@ reserve(hcb__queue *q, size_t size, bool self_consumer)
                 break;
             continue; /* `bytes` was reloaded */
         }
+        /* counted first, then what is finished is counted done (see Done) */
+        atomic_fetch_add(&q->space_waiters, 1);
+        count_done(q);
         hcb__mutex_lock(&q->mu);
         atomic_fetch_add(&q->waiters, 1);
         {
             uint64_t t0 = hcb__now_ns();
+            bool stalled = q->stall_fn == NULL;
 
-            while (!fits(q, atomic_load(&q->bytes), size))
-                hcb__cond_wait(&q->progress, &q->mu);
+            while (!fits(q, atomic_load(&q->bytes), size)) {
+                if (stalled) {
+                    hcb__cond_wait(&q->progress, &q->mu);
+                } else if (!hcb__cond_wait_until(&q->progress, &q->mu,
+                                                 t0 + q->stall_ns) &&
+                           hcb__now_ns() >= t0 + q->stall_ns) {
+                    /* still counted in `waiters`: the consumer keeps
+                     * broadcasting, and `fits` is checked again below */
+                    stalled = true;
+                    hcb__mutex_unlock(&q->mu);
+                    q->stall_fn(q->stall_user, hcb__now_ns() - t0);
+                    hcb__mutex_lock(&q->mu);
+                }
+            }
             q->waits++;
             q->wait_ns += hcb__now_ns() - t0;
         }
         atomic_fetch_sub(&q->waiters, 1);
+        atomic_fetch_sub(&q->space_waiters, 1);
         hcb__mutex_unlock(&q->mu);
         bytes = atomic_load_explicit(&q->bytes, memory_order_relaxed);
     }
@@ -259,15 +319,33 @@ nothing_pushed(hcb__queue *q)
     return atomic_load(&q->pushed) == q->taken;
 }
 
-/* Counts the consumer's finished records done. */
+/* Counts the consumer's finished records done.  The consumer calls it, and
+ * a producer about to wait for space (see Done); no lock held. */
 static void
 count_done(hcb__queue *q)
 {
-    if (q->finished > 0 || q->finished_bytes > 0) {
-        hcb__queue_done(q, q->finished, q->finished_bytes);
-        q->finished = 0;
-        q->finished_bytes = 0;
-    }
+    uint64_t records;
+    size_t bytes;
+
+    if (atomic_load(&q->finished) == 0 && atomic_load(&q->finished_bytes) == 0)
+        return;
+    /* the two are taken apart: a record's count and its bytes may be
+     * counted done by different calls, each only once it is finished */
+    bytes = atomic_exchange(&q->finished_bytes, 0);
+    records = atomic_exchange(&q->finished, 0);
+    if (records > 0 || bytes > 0)
+        hcb__queue_done(q, records, bytes);
+}
+
+void
+hcb__queue_finished(hcb__queue *q, size_t bytes)
+{
+    uint64_t n;
+
+    atomic_fetch_add(&q->finished_bytes, bytes);
+    n = atomic_fetch_add(&q->finished, 1) + 1;
+    if (n >= DONE_BATCH || atomic_load(&q->space_waiters) > 0)
+        count_done(q);
 }
 
 hcb_record *
@@ -276,9 +354,11 @@ hcb__queue_pop(hcb__queue *q, uint64_t done_records, size_t done_bytes)
     hcb_record *chain;
     int spin, linking = 0;
 
-    q->finished += done_records;
-    q->finished_bytes += done_bytes;
-    if (q->finished >= DONE_BATCH || atomic_load(&q->waiters) > 0)
+    if (done_bytes > 0)
+        atomic_fetch_add(&q->finished_bytes, done_bytes);
+    if (done_records > 0)
+        atomic_fetch_add(&q->finished, done_records);
+    if (atomic_load(&q->finished) >= DONE_BATCH || atomic_load(&q->waiters) > 0)
         count_done(q);
     for (;;) {
         if ((chain = take_all(q)) != NULL)
@@ -302,7 +382,8 @@ hcb__queue_pop(hcb__queue *q, uint64_t done_records, size_t done_bytes)
         }
         for (spin = 0; spin < POP_SPINS && nothing_pushed(q); spin++) {
             if (spin == DONE_SPINS ||
-                (q->finished > 0 && atomic_load(&q->waiters) > 0))
+                (atomic_load_explicit(&q->finished, memory_order_relaxed) > 0 &&
+                 atomic_load(&q->waiters) > 0))
                 count_done(q);
             if (spin % YIELD_SPINS == YIELD_SPINS - 1)
                 sched_yield(); /* see Sleeping */

@@ -22,12 +22,12 @@ typedef struct hcb__queue {
     char pad1[64];
 
     /* Written by the consumer. */
-    hcb_record *head;           /* the next record to take (or &stub) */
-    uint64_t taken;             /* records ever taken */
-    uint64_t finished;          /* records finished, not yet counted done */
-    size_t finished_bytes;      /* their bytes */
-    _Atomic uint64_t done;      /* records ever done */
-    _Atomic uint64_t bytes_out; /* their bytes */
+    hcb_record *head;             /* the next record to take (or &stub) */
+    uint64_t taken;               /* records ever taken */
+    _Atomic uint64_t finished;    /* records finished, not yet counted done */
+    atomic_size_t finished_bytes; /* their bytes */
+    _Atomic uint64_t done;        /* records ever done */
+    _Atomic uint64_t bytes_out;   /* their bytes */
     char pad2[64];
 
     /* Read on every push, written rarely. */
@@ -37,6 +37,7 @@ typedef struct hcb__queue {
     atomic_size_t max_bytes;  /* the bound; > 0 */
     atomic_size_t high_water; /* the most `bytes` seen */
     _Atomic uint64_t waiters; /* threads waiting on `progress` */
+    _Atomic uint64_t space_waiters; /* of them, producers out of space */
     char pad3[64];
 
     /* Sleeping and waiting. */
@@ -44,6 +45,12 @@ typedef struct hcb__queue {
     hcb__cond nonempty;      /* the consumer waits for a record or `closing` */
     hcb__cond progress;      /* producers wait for space, barriers for `done` */
     uint64_t waits, wait_ns; /* under mu: producers that waited, how long */
+
+    /* Called (no lock held) once by a producer that has waited `stall_ns`
+     * for space (see hcb__queue_set_stall); NULL: none.  Set before use. */
+    void (*stall_fn)(void *user, uint64_t waited_ns);
+    void *stall_user;
+    uint64_t stall_ns;
 
     /* Never a record: it stands in the list when the queue is empty, so
      * that a producer always has a `tail` to link after. */
@@ -53,8 +60,21 @@ typedef struct hcb__queue {
 int hcb__queue_init(hcb__queue *q, size_t max_bytes);
 /* The queue must be empty and have no consumer. */
 void hcb__queue_destroy(hcb__queue *q);
+/* In the child of a fork: makes the queue empty, with no consumer and no
+ * waiter, and its lock and conditions new (their holders and waiters are
+ * threads the child does not have).  The records queued or in delivery at
+ * the fork are the parent's to deliver: they are left alone (not freed:
+ * the ones in delivery are not reachable).  The bound and the stall
+ * callback stay. */
+void hcb__queue_reset_after_fork(hcb__queue *q);
 
 void hcb__queue_set_max_bytes(hcb__queue *q, size_t max_bytes);
+
+/* Has a producer that has waited `after_ns` for space call `fn(user,
+ * waited_ns)` once, with no lock held, and then go on waiting.  Call before
+ * the queue is used. */
+void hcb__queue_set_stall(hcb__queue *q, void (*fn)(void *, uint64_t),
+                          void *user, uint64_t after_ns);
 
 /* Appends `rec` (ownership passes to the queue), waiting while it does not
  * fit under the bound.  Returns whether a consumer is active; if not, the
@@ -72,6 +92,12 @@ bool hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer);
  * pop or hcb__queue_done. */
 hcb_record *hcb__queue_pop(hcb__queue *q, uint64_t done_records,
                            size_t done_bytes);
+
+/* The consumer's note that one popped record of `bytes` is finished: it
+ * is counted done at once if a producer waits for space (so that the
+ * producer resumes as soon as its record fits), else with the others of
+ * its batch.  Only the consumer calls it. */
+void hcb__queue_finished(hcb__queue *q, size_t bytes);
 
 /* Marks `records` popped records of `bytes` in all finished: frees their
  * bytes against the bound and wakes producers and barriers. */

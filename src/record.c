@@ -31,6 +31,11 @@
  * set with hcb_set_allocator sees every allocation.  A small record that
  * is kept (hcb_record_retain) keeps its whole arena; Python copies small
  * records' arrays out for that reason (python/_hcb/bridge.c).
+ *
+ * Fork: both pool locks are taken before a fork and released after it in
+ * parent and child (hcb__record_fork_*), so that a child never finds one
+ * held by a thread it does not have.  Arenas that hold records of the
+ * parent's (queued at the fork) are never recycled in the child.
  */
 
 enum { POOL_NONE, POOL_ARENA, POOL_LARGE };
@@ -221,6 +226,27 @@ large_keep(void *p, size_t capacity)
     pthread_mutex_unlock(&large.mu);
     free(evicted);
     return kept;
+}
+
+void
+hcb__record_fork_prepare(void)
+{
+    pthread_mutex_lock(&arena_free.mu);
+    pthread_mutex_lock(&large.mu);
+}
+
+void
+hcb__record_fork_parent(void)
+{
+    pthread_mutex_unlock(&large.mu);
+    pthread_mutex_unlock(&arena_free.mu);
+}
+
+void
+hcb__record_fork_child(void)
+{
+    pthread_mutex_unlock(&large.mu);
+    pthread_mutex_unlock(&arena_free.mu);
 }
 
 /* Memory for a record of `size` bytes, with its pool and capacity. */

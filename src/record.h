@@ -35,4 +35,11 @@ struct hcb_record {
     hcb_array *args; /* points into this allocation */
 };
 
+/* The fork handlers of the record pools (runtime.c installs them with its
+ * own): the pools' locks are held across fork, so the child finds them
+ * whole and unlocked.  Their critical sections are a few instructions. */
+void hcb__record_fork_prepare(void);
+void hcb__record_fork_parent(void);
+void hcb__record_fork_child(void);
+
 #endif /* HCB_RECORD_H */

@@ -23,6 +23,7 @@
  * of the runtime (which get HCB_EDEADLK: they would wait for themselves).
  *
  * Locks, in the order they may be taken:
+ *   0. runtimes_mu         the list of runtimes (fork); taken alone
  *   1. channel->lifecycle  starting and joining that channel's thread
  *   2. rt->mu              channel table inserts, target registry appends,
  *                          the queue bound, the log sink
@@ -30,7 +31,8 @@
  *   4. rt->err_mu          the recorded errors (a leaf)
  * Lookups of channels and targets take no lock: both tables are append-only
  * and entries are published with release stores.  No lock is held while a
- * tap function runs.
+ * tap function, the log sink, a barrier's check or the queue's stall
+ * callback (channel_stalled) runs.
  *
  * Ordering.  Records of one device are consumed one at a time in submit
  * order.  Devices are independent: records of different devices may
@@ -41,6 +43,31 @@
  * A submit that races with the stop pushes into the queue, sees no active
  * consumer and starts a new one after the stop released the lifecycle lock,
  * so no record is left behind.  Nothing is cancelled.
+ *
+ * Fork.  Every runtime is on a list (`runtimes`), and a pthread_atfork
+ * child handler resets each one in the child: its locks are made new (a
+ * thread the child does not have may have held them), every channel is
+ * marked without a consumer and its queue emptied, errors and stats start
+ * at zero.  The child's first submit starts its own consumers.  Records
+ * pending at the fork are the parent's: the parent delivers them, the
+ * child never does (they are not freed in the child either: the batch in
+ * delivery is not reachable).  The targets stay: compiled programs carry
+ * their ids.  The prepare handler takes only `runtimes_mu` (to keep the
+ * list whole) and the record pools' locks (record.c; held for a few
+ * instructions), never a runtime's lock: a stop may hold a lifecycle lock
+ * for as long as a tap function runs.  Forking from inside a tap function
+ * is not supported (the child's thread would be a consumer).
+ *
+ * Stalls.  A producer that has waited STALL_WARN_NS for room in its queue
+ * calls channel_stalled (queue.c's stall callback, no lock held), which
+ * logs the likely cause, naming the tap function running now
+ * (`delivering`, set around each tap function): a tap function that runs a
+ * computation on its own device while that device waits for room.  At most
+ * once a minute per device; the producer goes on waiting.
+ *
+ * Barriers that must react while they wait (Python's Ctrl-C) use
+ * hcb_runtime_barrier_poll: the wait wakes every poll interval and calls
+ * the caller's check, with no lock held.
  */
 #include <fenv.h>
 #include <stdio.h>
@@ -76,9 +103,14 @@ typedef struct channel {
     hcb__mutex lifecycle;
     pthread_t thread; /* valid while running */
     atomic_uint_fast64_t errors;
+    /* The target whose tap function the consumer runs now, or NULL; for
+     * the stall warning. */
+    _Atomic(const target *) delivering;
+    _Atomic uint64_t stall_warned_ns; /* when it last warned; 0: never */
 } channel;
 
 struct hcb_runtime {
+    hcb_runtime *next_runtime; /* the list of runtimes, under runtimes_mu */
     hcb__mutex mu;
     size_t max_queue_bytes; /* under mu */
     size_t nchannels;       /* under mu */
@@ -106,6 +138,13 @@ struct hcb_runtime {
 
 /* The channel whose consumer this thread is, or NULL. */
 static HCB__TLS channel *current_consumer;
+
+/* A producer that has waited this long for room in its queue warns (once a
+ * minute per device at most): see channel_stalled. */
+#define STALL_WARN_NS       ((uint64_t)2000000000u)
+#define STALL_WARN_EVERY_NS ((uint64_t)60000000000u)
+
+static void channel_stalled(void *user, uint64_t waited_ns);
 
 /* ---- channels ----------------------------------------------------------- */
 
@@ -143,11 +182,14 @@ channel_new(hcb_runtime *rt, hcb_device device, hcb_error *err)
     ch->device = device;
     atomic_init(&ch->running, false);
     atomic_init(&ch->errors, 0);
+    atomic_init(&ch->delivering, NULL);
+    atomic_init(&ch->stall_warned_ns, 0);
     if (hcb__queue_init(&ch->queue, rt->max_queue_bytes) != HCB_OK) {
         hcb__free(ch);
         hcb_error_set(err, HCB_ESYSTEM, "cannot initialise a device queue");
         return NULL;
     }
+    hcb__queue_set_stall(&ch->queue, channel_stalled, ch, STALL_WARN_NS);
     if (hcb__mutex_init(&ch->lifecycle) != HCB_OK) {
         hcb__queue_destroy(&ch->queue);
         hcb__free(ch);
@@ -370,12 +412,17 @@ deliver(channel *ch, hcb_record *rec)
                       "record for unknown tap id %llu dropped%s",
                       (unsigned long long)rec->callback_id,
                       t != NULL ? " (the id is a call target)" : "");
-    } else if (t->tap(t->user, rec, &err) != 0) {
+    } else {
+        int rc;
+
+        atomic_store_explicit(&ch->delivering, t, memory_order_relaxed);
+        rc = t->tap(t->user, rec, &err);
+        atomic_store_explicit(&ch->delivering, NULL, memory_order_relaxed);
+        if (rc == 0)
+            return;
         if (err.code == HCB_OK)
             hcb_error_set(&err, HCB_ECALLBACK, "tap function '%s' failed",
                           t->name);
-    } else {
-        return;
     }
     hcb_runtime_record_error(ch->rt, ch->device, &err);
 }
@@ -385,8 +432,6 @@ consumer_main(void *arg)
 {
     channel *ch = arg;
     hcb_record *rec, *next;
-    uint64_t records = 0;
-    size_t bytes = 0;
 
     current_consumer = ch;
     /* A thread inherits its creator's floating-point environment, here
@@ -394,17 +439,17 @@ consumer_main(void *arg)
      * (and numpy printing for them) compute as the program's own threads
      * do, as under the removed module's receiver thread. */
     fesetenv(FE_DFL_ENV);
-    /* each pop reports the batch before it finished (queue.c counts it done) */
-    while ((rec = hcb__queue_pop(&ch->queue, records, bytes)) != NULL) {
-        records = 0;
-        bytes = 0;
+    while ((rec = hcb__queue_pop(&ch->queue, 0, 0)) != NULL) {
         for (; rec != NULL; rec = next) {
+            size_t size = rec->size;
+
             next = atomic_load_explicit(&rec->next, memory_order_relaxed);
             atomic_store_explicit(&rec->next, NULL, memory_order_relaxed);
-            records++;
-            bytes += rec->size;
             deliver(ch, rec);
             hcb_record_release(rec);
+            /* each record, not each batch: a producer waiting for space
+             * resumes as soon as its record fits (queue.c, "Done") */
+            hcb__queue_finished(&ch->queue, size);
         }
     }
     current_consumer = NULL;
@@ -478,9 +523,13 @@ hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec, hcb_error *err)
     return HCB_OK;
 }
 
+/* Waits for the records submitted to `ch` so far; with `check`, wakes every
+ * `poll_ns` to call it and stops when it returns nonzero. */
 static int
-barrier_channel(channel *ch, hcb_error *err)
+barrier_channel(channel *ch, uint64_t poll_ns, hcb_check_fn check, void *user,
+                hcb_error *err)
 {
+    uint64_t mark;
     int rc;
 
     if (current_consumer == ch)
@@ -490,27 +539,47 @@ barrier_channel(channel *ch, hcb_error *err)
     if (hcb__queue_stranded(&ch->queue) &&
         (rc = ensure_consumer(ch, true, err)) != HCB_OK)
         return rc;
-    hcb__queue_wait_done(&ch->queue);
+    mark = hcb__queue_mark(&ch->queue);
+    if (check == NULL) {
+        hcb__queue_wait_mark(&ch->queue, mark, 0);
+        return HCB_OK;
+    }
+    while (!hcb__queue_wait_mark(&ch->queue, mark, hcb__now_ns() + poll_ns))
+        if (check(user) != 0)
+            return hcb_error_set(err, HCB_ECALLBACK,
+                                 "barrier interrupted by its check function");
+    return HCB_OK;
+}
+
+int
+hcb_runtime_barrier_poll(hcb_runtime *rt, hcb_device device, uint64_t poll_ns,
+                         hcb_check_fn check, void *user, hcb_error *err)
+{
+    channel *ch;
+    size_t i;
+    int rc;
+
+    if (check != NULL && poll_ns == 0)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "barrier poll interval must be positive, got 0");
+    if (device != HCB_ALL_DEVICES) {
+        ch = channel_find(rt, device);
+        return ch == NULL ? HCB_OK
+                          : barrier_channel(ch, poll_ns, check, user, err);
+    }
+    for (i = 0; i < CHANNEL_SLOTS; i++) {
+        ch = atomic_load_explicit(&rt->slots[i], memory_order_acquire);
+        if (ch != NULL &&
+            (rc = barrier_channel(ch, poll_ns, check, user, err)) != HCB_OK)
+            return rc;
+    }
     return HCB_OK;
 }
 
 int
 hcb_runtime_barrier(hcb_runtime *rt, hcb_device device, hcb_error *err)
 {
-    channel *ch;
-    size_t i;
-    int rc;
-
-    if (device != HCB_ALL_DEVICES) {
-        ch = channel_find(rt, device);
-        return ch == NULL ? HCB_OK : barrier_channel(ch, err);
-    }
-    for (i = 0; i < CHANNEL_SLOTS; i++) {
-        ch = atomic_load_explicit(&rt->slots[i], memory_order_acquire);
-        if (ch != NULL && (rc = barrier_channel(ch, err)) != HCB_OK)
-            return rc;
-    }
-    return HCB_OK;
+    return hcb_runtime_barrier_poll(rt, device, 0, NULL, NULL, err);
 }
 
 void
@@ -545,6 +614,38 @@ runtime_log(hcb_runtime *rt, const char *fmt, ...)
         fprintf(stderr, "hcb: warning: %s\n", msg);
 }
 
+/* A producer of `ch` (the device's thread) has waited `waited_ns` for room
+ * in the queue (queue.c calls it once per wait, no lock held).  Warns, at
+ * most once a minute per device: if the tap function running now runs a
+ * computation on this device, neither can go on. */
+static void
+channel_stalled(void *user, uint64_t waited_ns)
+{
+    channel *ch = user;
+    const target *t =
+        atomic_load_explicit(&ch->delivering, memory_order_relaxed);
+    uint64_t now = hcb__now_ns();
+    uint64_t last = atomic_load(&ch->stall_warned_ns);
+
+    if ((last != 0 && now - last < STALL_WARN_EVERY_NS) ||
+        !atomic_compare_exchange_strong(&ch->stall_warned_ns, &last, now))
+        return;
+    runtime_log(
+        ch->rt,
+        "device %s:%d has waited %.1f s for room in its tap queue "
+        "(bound %zu bytes) while the tap function '%s' is running.  "
+        "It goes on waiting.  A tap function that runs a "
+        "computation (e.g. JAX) on the device that issued the tap "
+        "deadlocks when that device's queue is full: the device "
+        "waits for the tap function, which waits for the device.  "
+        "Raise the queue bound (HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE), "
+        "or move that work out of the tap function (after "
+        "barrier_wait, or onto another device)",
+        HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu",
+        (int)HCB_DEVICE_ORDINAL(ch->device), (double)waited_ns / 1e9,
+        atomic_load(&ch->queue.max_bytes), t != NULL ? t->name : "(none)");
+}
+
 /* Before a call on `ch`'s device: delivers the taps that device issued
  * earlier.  Warns when that takes long: the likely cause is a tap function
  * that runs this very computation (it waits for the call, which waits for
@@ -553,6 +654,7 @@ static int
 deliver_earlier_taps(hcb_runtime *rt, channel *ch, const target *t,
                      hcb_error *err)
 {
+    const target *running;
     uint64_t mark;
     int rc;
 
@@ -565,17 +667,20 @@ deliver_earlier_taps(hcb_runtime *rt, channel *ch, const target *t,
     if (hcb__queue_wait_mark(&ch->queue, mark,
                              hcb__now_ns() + HCB_CALL_WAIT_WARN_NS))
         return HCB_OK;
+    running = atomic_load_explicit(&ch->delivering, memory_order_relaxed);
     runtime_log(rt,
                 "call '%s' on %s:%d has waited %llu s for the taps its "
-                "device issued before it.  It goes on waiting.  If a tap "
-                "function of that device runs a computation that contains "
-                "this call, they wait for each other: run that computation "
-                "on another device, or outside the tap function",
+                "device issued before it (the tap function now running: "
+                "'%s').  It goes on waiting.  If a tap function of that "
+                "device runs a computation that contains this call, they "
+                "wait for each other: run that computation on another "
+                "device, or outside the tap function (after barrier_wait)",
                 t->name,
                 HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu"
                                                                     : "gpu",
                 (int)HCB_DEVICE_ORDINAL(ch->device),
-                (unsigned long long)(HCB_CALL_WAIT_WARN_NS / 1000000000u));
+                (unsigned long long)(HCB_CALL_WAIT_WARN_NS / 1000000000u),
+                running != NULL ? running->name : "(none)");
     hcb__queue_wait_mark(&ch->queue, mark, 0);
     return HCB_OK;
 }
@@ -758,6 +863,101 @@ hcb_runtime_devices(hcb_runtime *rt, hcb_device *out, size_t cap)
     return n;
 }
 
+/* ---- fork --------------------------------------------------------------- */
+
+/* Every live runtime, for the fork handler.  A plain mutex: the prepare
+ * handler holds it across fork, so the child's only thread owns it. */
+static pthread_mutex_t runtimes_mu = PTHREAD_MUTEX_INITIALIZER;
+static hcb_runtime *runtimes;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void
+reset_channel_after_fork(channel *ch)
+{
+    (void)hcb__mutex_init(&ch->lifecycle);
+    atomic_store(&ch->running, false);
+    atomic_store(&ch->errors, 0);
+    atomic_store(&ch->delivering, NULL);
+    atomic_store(&ch->stall_warned_ns, 0);
+    hcb__queue_reset_after_fork(&ch->queue);
+}
+
+static void
+reset_after_fork(hcb_runtime *rt)
+{
+    size_t i;
+
+    (void)hcb__mutex_init(&rt->mu);
+    (void)hcb__mutex_init(&rt->err_mu);
+    rt->pending_errors = 0;
+    memset(rt->sharded, 0, sizeof rt->sharded);
+    for (i = 0; i < CHANNEL_SLOTS; i++) {
+        channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_relaxed);
+
+        if (ch != NULL)
+            reset_channel_after_fork(ch);
+    }
+}
+
+static void
+atfork_prepare(void)
+{
+    pthread_mutex_lock(&runtimes_mu);
+}
+
+static void
+atfork_parent(void)
+{
+    pthread_mutex_unlock(&runtimes_mu);
+}
+
+static void
+atfork_child(void)
+{
+    hcb_runtime *rt;
+
+    current_consumer = NULL;
+    for (rt = runtimes; rt != NULL; rt = rt->next_runtime)
+        reset_after_fork(rt);
+    pthread_mutex_unlock(&runtimes_mu);
+}
+
+static void
+install_atfork(void)
+{
+    /* failure (ENOMEM) leaves fork children without a runtime reset, as
+     * before: nothing to report it to.  The record pools' handlers first:
+     * prepare handlers run in the reverse order, so runtimes_mu is taken
+     * before the pools' locks, and released after them. */
+    (void)pthread_atfork(hcb__record_fork_prepare, hcb__record_fork_parent,
+                         hcb__record_fork_child);
+    (void)pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+static void
+runtimes_add(hcb_runtime *rt)
+{
+    pthread_once(&atfork_once, install_atfork);
+    pthread_mutex_lock(&runtimes_mu);
+    rt->next_runtime = runtimes;
+    runtimes = rt;
+    pthread_mutex_unlock(&runtimes_mu);
+}
+
+static void
+runtimes_remove(hcb_runtime *rt)
+{
+    hcb_runtime **p;
+
+    pthread_mutex_lock(&runtimes_mu);
+    for (p = &runtimes; *p != NULL; p = &(*p)->next_runtime)
+        if (*p == rt) {
+            *p = rt->next_runtime;
+            break;
+        }
+    pthread_mutex_unlock(&runtimes_mu);
+}
+
 /* ---- creation and destruction ------------------------------------------- */
 
 int
@@ -799,6 +999,7 @@ hcb_runtime_create(const hcb_runtime_options *options, hcb_runtime **out,
         hcb__free(rt);
         return hcb_error_set(err, HCB_ESYSTEM, "cannot create a mutex");
     }
+    runtimes_add(rt);
     *out = rt;
     return HCB_OK;
 }
@@ -810,6 +1011,7 @@ hcb_runtime_destroy(hcb_runtime *rt)
 
     if (rt == NULL)
         return;
+    runtimes_remove(rt);
     hcb_runtime_stop(rt, NULL);
     for (i = 0; i < CHANNEL_SLOTS; i++) {
         channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_relaxed);

@@ -378,7 +378,7 @@ HCB_API int hcb_runtime_call_shared(hcb_runtime *rt, uint64_t id,
                                     size_t nresults, int64_t ndevices,
                                     int *parked, hcb_error *err);
 
-#define HCB_CALL_WAIT_WARN_NS ((uint64_t)5000000000u)
+#define HCB_CALL_WAIT_WARN_NS ((uint64_t)2000000000u)
 
 /* Receives the runtime's warnings: conditions a person should see that are
  * no error of one callback.  Without one they go to stderr.  Called from
@@ -402,6 +402,20 @@ HCB_API int hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec,
  * called from the consumer thread it would wait for. */
 HCB_API int hcb_runtime_barrier(hcb_runtime *rt, hcb_device device,
                                 hcb_error *err);
+
+/* Returns nonzero to interrupt a waiting barrier (hcb_runtime_barrier_poll). */
+typedef int (*hcb_check_fn)(void *user);
+
+/* Like hcb_runtime_barrier, and while it waits it wakes every `poll_ns`
+ * to call `check(user)` in the waiting thread, with no lock held: when that
+ * returns nonzero the barrier stops waiting and returns HCB_ECALLBACK
+ * ("barrier interrupted ...").  The records it waited for are still
+ * delivered.  For a caller that must react while it waits (Python's
+ * Ctrl-C).  With `check` NULL it is hcb_runtime_barrier; else HCB_EINVAL
+ * for a zero `poll_ns`. */
+HCB_API int hcb_runtime_barrier_poll(hcb_runtime *rt, hcb_device device,
+                                     uint64_t poll_ns, hcb_check_fn check,
+                                     void *user, hcb_error *err);
 
 /* Drains every queue and joins every consumer thread.  The runtime stays
  * usable: the next submit starts the device's thread again.  HCB_EDEADLK if

@@ -195,6 +195,8 @@ PyObject *hcb_py_run_call(hcb_state *st, PyObject *args);
 /* print.c: id_print's target, which formats records without the GIL and
  * takes it only to write; and the functions behind host_callback._print. */
 int hcb_py_print(void *user, hcb_record *rec, hcb_error *err);
+/* Makes the print lock new in the child of a fork (once per process). */
+void hcb_py_print_install_fork_handler(void);
 /* Fills the print fields of `t` from register_print's arguments (nodes,
  * kv_before, kv_after, devices, options, stream); -1 with an exception. */
 int hcb_py_print_setup(hcb_py_print_target *t, PyObject *args);

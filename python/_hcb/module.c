@@ -523,12 +523,32 @@ parse_device(PyObject *obj, hcb_device *out)
     return 0;
 }
 
+/* How often a barrier that waits wakes up to run Python's signal handlers
+ * (Ctrl-C raises KeyboardInterrupt within this much of the signal). */
+#define BARRIER_POLL_NS 50000000u
+
+/* The barrier's check: with the GIL taken back for a moment, runs the
+ * signal handlers; nonzero (an exception set) stops the wait. */
+static int
+barrier_check_signals(void *user)
+{
+    PyThreadState **save = user;
+    int rc;
+
+    PyEval_RestoreThread(*save);
+    rc = PyErr_CheckSignals();
+    *save = PyEval_SaveThread();
+    return rc < 0;
+}
+
 /* barrier(device_key=None): waits, without the GIL, for the records
- * submitted so far to be consumed. */
+ * submitted so far to be consumed; a signal handler that raises (Ctrl-C:
+ * KeyboardInterrupt) ends the wait with its exception. */
 static PyObject *
 hcb_barrier(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     hcb_state *st = state_of(module);
+    PyThreadState *save;
     hcb_device dev;
     hcb_error err;
     int rc;
@@ -539,8 +559,12 @@ hcb_barrier(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     if (parse_device(nargs > 0 ? args[0] : NULL, &dev) < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS rc = hcb_runtime_barrier(st->rt, dev, &err);
-    Py_END_ALLOW_THREADS if (rc != HCB_OK) return raise_hcb(&err);
+    save = PyEval_SaveThread();
+    rc = hcb_runtime_barrier_poll(st->rt, dev, BARRIER_POLL_NS,
+                                  barrier_check_signals, &save, &err);
+    PyEval_RestoreThread(save);
+    if (rc != HCB_OK)
+        return PyErr_Occurred() ? NULL : raise_hcb(&err);
     Py_RETURN_NONE;
 }
 
@@ -766,6 +790,7 @@ hcb_exec(PyObject *module)
         return -1;
     }
     atomic_init(&st->shutting_down, 0);
+    hcb_py_print_install_fork_handler();
     st->owner_type = (PyTypeObject *)PyType_FromModuleAndSpec(
         module, hcb_py_owner_spec(), NULL);
     if (st->owner_type == NULL)

@@ -42,6 +42,32 @@ print_lock(void)
     return 1;
 }
 
+/* In the child of a fork the print lock is made new: a parent thread that
+ * held it is not in the child.  It is not taken before the fork: its
+ * holder may wait for the GIL, which the forking thread holds. */
+static void
+print_after_fork_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+
+    print_mutex = fresh;
+    print_mutex_held = 0;
+}
+
+static pthread_once_t print_fork_once = PTHREAD_ONCE_INIT;
+
+static void
+print_fork_install(void)
+{
+    (void)pthread_atfork(NULL, NULL, print_after_fork_child);
+}
+
+void
+hcb_py_print_install_fork_handler(void)
+{
+    pthread_once(&print_fork_once, print_fork_install);
+}
+
 static void
 print_unlock(int taken)
 {

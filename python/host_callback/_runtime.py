@@ -41,6 +41,7 @@ import collections
 import logging
 import os
 import re
+import sys
 import threading
 import traceback
 import weakref
@@ -276,11 +277,62 @@ class _State:
     self.handlers_registered = False
     self.atexit_registered = False
     self.exiting = False
+    self.probe_compiled = False  # _touch, on every device (_before_fork)
     # (exception, formatted traceback) of the last failing callback.
     self.last_exception: tuple[BaseException, str] | None = None
 
 
 _state = _State()
+
+
+def _before_fork() -> None:
+  """In the parent, before a fork: compiles the probe of barrier_wait for
+  every local CPU device (a forked child cannot compile: XLA's compiler
+  threads are not in it), so that the child's barrier_wait and at-exit
+  flush work."""
+  if not _state.handlers_registered or _state.probe_compiled:
+    return
+  try:
+    for dev in jax.local_devices(backend="cpu"):
+      _touch(jax.device_put(np.int32(0), dev)).block_until_ready()
+    _state.probe_compiled = True
+  except Exception:  # never break the fork itself
+    logger.debug("host_callback: probe compilation before fork failed",
+                 exc_info=True)
+
+
+def _flush_at_process_end(_: object = None) -> None:
+  """Delivers the taps a multiprocessing child issued before it ends (its
+  end skips ``atexit``)."""
+  try:
+    barrier_wait("process end")
+  except CallbackException as e:
+    logger.error("host_callback: %s", e)
+
+
+def _at_multiprocessing_start(_: object) -> None:
+  """Run by a forked multiprocessing child as it starts (after it clears the
+  finalizers it inherited): flushes the taps when the child's work ends."""
+  import multiprocessing.util
+  multiprocessing.util.Finalize(None, _flush_at_process_end, exitpriority=0)
+
+
+def _after_fork_in_child() -> None:
+  """In the child of a fork: a lock of its own (a parent thread that held
+  it is not in the child) and no exception of the parent's taps (the parent
+  reports those); the parent's release thread is not there either, the
+  next retirement starts one.  The C runtime resets itself (src/runtime.c,
+  "Fork").  A multiprocessing child ends without ``atexit``: it flushes its
+  taps with a multiprocessing finalizer instead."""
+  _state.lock = threading.RLock()
+  _state.last_exception = None
+  _state.release_thread = None
+  mp_util = sys.modules.get("multiprocessing.util")
+  if mp_util is not None and _state.handlers_registered:
+    mp_util.register_after_fork(_state, _at_multiprocessing_start)
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def _on_callback_error(site: Any, exc: BaseException) -> str:
@@ -435,15 +487,6 @@ def _retire(site_id: int) -> None:
         _state.release_thread = threading.Thread(
             target=_release_loop, name="hcb-release", daemon=True)
         _state.release_thread.start()
-
-
-def _release_thread_after_fork() -> None:
-  """In a forked child the parent's release thread is not there: the next
-  retirement starts one."""
-  _state.release_thread = None
-
-
-os.register_at_fork(after_in_child=_release_thread_after_fork)
 
 
 def _take_retired() -> list[tuple[int, list[Any]]]:

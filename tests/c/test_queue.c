@@ -46,6 +46,145 @@ finish(consumer_ctx *c, pthread_t t)
     pthread_join(t, NULL);
 }
 
+typedef struct pusher {
+    hcb__queue *q;
+    hcb_record *rec;
+    atomic_int done;
+} pusher;
+
+static void *
+push_one(void *arg)
+{
+    pusher *p = arg;
+
+    hcb__queue_push(p->q, p->rec, false);
+    atomic_store(&p->done, 1);
+    return NULL;
+}
+
+/* Whether `p` has pushed within `ms` milliseconds. */
+static bool
+pushed_within(pusher *p, int ms)
+{
+    int i;
+
+    for (i = 0; i < ms && !atomic_load(&p->done); i++)
+        tu_sleep_us(1000);
+    return atomic_load(&p->done);
+}
+
+/* A producer waiting on a full queue resumes once one record is finished,
+ * while the consumer still holds the rest of its batch: whether the record
+ * finishes while the producer waits (`finish_first` false) or just before
+ * it starts to (true). */
+static void
+check_resumes_after_one_record(bool finish_first)
+{
+    hcb__queue q;
+    hcb_record *probe = tu_record(1, 0, 0, 16), *r0, *r1, *chain;
+    size_t rsize = probe->size;
+    pusher p = {.q = &q};
+    pthread_t t;
+    bool resumed;
+
+    hcb_record_release(probe);
+    assert_int_equal(hcb__queue_init(&q, 2 * rsize), HCB_OK); /* two fit */
+    hcb__queue_push(&q, tu_record(1, 0, 0, 16), false);
+    hcb__queue_push(&q, tu_record(1, 0, 1, 16), false);
+    hcb__queue_set_consumer_active(&q, true);
+    chain = hcb__queue_pop(&q, 0, 0); /* the consumer takes both */
+    r0 = chain;
+    r1 = atomic_load(&r0->next);
+    assert_non_null(r1);
+    p.rec = tu_record(1, 0, 2, 16);
+    if (finish_first) {
+        hcb__queue_finished(&q, r0->size);
+        hcb_record_release(r0);
+    }
+    assert_int_equal(pthread_create(&t, NULL, push_one, &p), 0);
+    if (!finish_first) {
+        assert_false(pushed_within(&p, 50)); /* full: it waits */
+        hcb__queue_finished(&q, r0->size);
+        hcb_record_release(r0);
+    }
+    /* r1 is still held by the consumer */
+    resumed = pushed_within(&p, 2000);
+    hcb__queue_finished(&q, r1->size); /* releases the producer anyway */
+    hcb_record_release(r1);
+    pthread_join(t, NULL);
+    assert_true(resumed);
+    chain = hcb__queue_pop(&q, 0, 0);
+    assert_non_null(chain);
+    assert_null(atomic_load(&chain->next));
+    hcb__queue_finished(&q, chain->size);
+    hcb_record_release(chain);
+    hcb__queue_close(&q);
+    assert_null(hcb__queue_pop(&q, 0, 0));
+    assert_int_equal(q.done, 3);
+    assert_int_equal(q.bytes, 0);
+    hcb__queue_destroy(&q);
+}
+
+static void
+test_producer_resumes_after_one_record(void **state)
+{
+    (void)state;
+    check_resumes_after_one_record(false);
+    check_resumes_after_one_record(true);
+}
+
+typedef struct stall_log {
+    atomic_int calls;
+    _Atomic uint64_t waited_ns;
+} stall_log;
+
+static void
+on_stall(void *user, uint64_t waited_ns)
+{
+    stall_log *s = user;
+
+    atomic_store(&s->waited_ns, waited_ns);
+    atomic_fetch_add(&s->calls, 1);
+}
+
+/* A producer that waits longer than the stall time calls the stall
+ * function once, and goes on waiting. */
+static void
+test_stall_callback_once_per_wait(void **state)
+{
+    hcb__queue q;
+    hcb_record *probe = tu_record(1, 0, 0, 16), *chain;
+    stall_log log = {0};
+    pusher p = {.q = &q};
+    pthread_t t;
+    int i;
+
+    (void)state;
+    assert_int_equal(hcb__queue_init(&q, probe->size), HCB_OK);
+    hcb_record_release(probe);
+    hcb__queue_set_stall(&q, on_stall, &log, 20000000u); /* 20 ms */
+    hcb__queue_push(&q, tu_record(1, 0, 0, 16), false);
+    hcb__queue_set_consumer_active(&q, true);
+    chain = hcb__queue_pop(&q, 0, 0);
+    p.rec = tu_record(1, 0, 1, 16);
+    assert_int_equal(pthread_create(&t, NULL, push_one, &p), 0);
+    for (i = 0; i < 2000 && atomic_load(&log.calls) == 0; i++)
+        tu_sleep_us(1000);
+    tu_sleep_us(50000);
+    assert_int_equal(atomic_load(&log.calls), 1);
+    assert_true(atomic_load(&log.waited_ns) >= 20000000u);
+    assert_false(atomic_load(&p.done)); /* still waiting */
+    hcb__queue_finished(&q, chain->size);
+    hcb_record_release(chain);
+    pthread_join(t, NULL);
+    chain = hcb__queue_pop(&q, 0, 0);
+    hcb__queue_finished(&q, chain->size);
+    hcb_record_release(chain);
+    hcb__queue_close(&q);
+    assert_null(hcb__queue_pop(&q, 0, 0));
+    hcb__queue_destroy(&q);
+}
+
 static void
 test_fifo_order(void **state)
 {
@@ -293,6 +432,8 @@ main(void)
         cmocka_unit_test(test_wait_done_waits_for_consumption),
         cmocka_unit_test(test_close_reports_inactive_consumer),
         cmocka_unit_test(test_concurrent_producers),
+        cmocka_unit_test(test_producer_resumes_after_one_record),
+        cmocka_unit_test(test_stall_callback_once_per_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -615,7 +615,7 @@ def test_call_from_a_tap_function_on_the_same_device_is_diagnosed():
   stderr = info.value.stderr
   if isinstance(stderr, bytes):
     stderr = stderr.decode()
-  assert "'<lambda>.<locals>.<lambda>' on cpu:0 has waited 5 s for the taps " \
+  assert "'<lambda>.<locals>.<lambda>' on cpu:0 has waited 2 s for the taps " \
          "its device issued before it" in stderr
   assert "they wait for each other" in stderr
 
