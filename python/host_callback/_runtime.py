@@ -22,6 +22,7 @@ import numpy as np
 
 from host_callback import _config
 from host_callback import _hcb
+from host_callback import _jax
 from host_callback._native import NativeCallback
 from host_callback._native import NativeTap
 from host_callback._types import CallbackException
@@ -271,33 +272,71 @@ def _refuse_inside_tap(what: str) -> None:
 
 
 def _wait_for_devices() -> None:
-  """Runs a tiny computation on every local device and waits for it.  A
-  device runs its computations in dispatch order, so once these are done
-  every computation started earlier has issued all of its taps.
+  """Returns once every computation dispatched (by any thread) before the
+  call has finished on every local CPU device, so that each has issued all
+  of its callbacks: taps are then in the runtime's queues (which
+  ``_hcb.barrier`` drains), calls have run, and the taps that go through
+  JAX's Python callback (jit over sharded operands) have been submitted.
 
-  Known gap: PJRT's CPU client starts a computation when its inputs are
-  ready, so one whose inputs are still being transferred (e.g. resharded
-  for a multi-device program) may run after these probes; its taps can
-  then arrive after barrier_wait returns.  Seen once in CI
-  (tests/python/test_native.py, shard_map), not reproduced in 600 runs."""
-  pending = [_touch(jax.device_put(np.int32(0), dev))
-             for dev in jax.local_devices(backend="cpu")]
+  It dispatches probe computations and waits for them.  What orders them
+  after the computations dispatched earlier is how PJRT's CPU client
+  schedules (JAX 0.10-0.12; tests/python/test_barrier.py checks it on the
+  JAX installed):
+
+  - a computation on one device waits for the previous one-device
+    computation dispatched to that device (the device's last enqueue
+    event), even when its own inputs are ready;
+  - a computation on several devices (pmap, shard_map, jit over sharded
+    operands) waits until the previous multi-device computation of the
+    client has finished on all of its devices (the last collective launch
+    event), whichever devices either runs on; one-device computations do
+    not wait for these, nor these for them.
+
+  So one probe per device covers the one-device computations, and one
+  probe over all local devices covers every multi-device computation.  (A
+  probe on each device alone is not enough: it can finish while a
+  multi-device computation dispatched before it still waits for its
+  inputs or its turn -- the early returns of issue 16.)  Under
+  ``jax.distributed`` the same holds for this process's part of a global
+  computation; every process waits for its own devices.
+  """
+  devices = jax.local_devices(backend="cpu")
+  pending = [_touch(jax.device_put(np.int32(0), d)) for d in devices]
+  if len(devices) > 1:
+    mesh = jax.sharding.Mesh(np.array(devices), ("d",))
+    pending.append(_touch(jax.device_put(
+        np.zeros(len(devices), np.int32),
+        jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")))))
   for out in pending:
     out.block_until_ready()
-  # Computations that JAX runs with runtime tokens (ours under jit over
-  # sharded operands go through JAX's Python callback) finish here too.  A
-  # token of a failed one holds an error its caller has already seen (and
-  # that we recorded): forget it rather than have JAX print it at exit.
+  # Computations that JAX runs with runtime tokens (with JAX effects, e.g.
+  # io_callback) finish here too.  A token of a failed one holds an error
+  # its caller has already seen: forget it rather than have JAX print it
+  # at exit.
   try:
     jax.effects_barrier()
   except jax.errors.JaxRuntimeError:
-    from host_callback import _jax
     _jax.forget_runtime_tokens()
 
 
+def _wait_for_callbacks() -> None:
+  """Waits until every callback of every computation dispatched before the
+  call has run, on every local device.  Errors of tap functions stay
+  recorded (for barrier_wait).
+
+  Inside a call or buffer_callback function, the computation that runs it
+  cannot finish before the function returns, and a probe may have to wait
+  for it (always under pmap, shard_map and jit over sharded operands): there
+  it waits only for the taps already issued."""
+  if not _hcb.in_call():
+    _wait_for_devices()
+  _hcb.barrier()
+
+
 def barrier_wait(logging_name: str | None = None) -> None:
-  """Blocks until every callback of every computation already started on
-  every local device has run.
+  """Blocks until every callback of every computation dispatched before it
+  (by any thread), on every local device, has run: single-device programs,
+  ``pmap``, ``shard_map`` and ``jit`` over sharded operands alike.
 
   Then, if any tap function raised since the previous ``barrier_wait``,
   raises :class:`CallbackException` with the last exception's text and
@@ -316,8 +355,7 @@ def barrier_wait(logging_name: str | None = None) -> None:
   name = logging_name or ""
   logger.debug("barrier_wait[%s]: start", name)
   if _state.handlers_registered:
-    _wait_for_devices()
-    _hcb.barrier()
+    _wait_for_callbacks()
   logger.debug("barrier_wait[%s]: done", name)
   # The runtime counts every failed tap; the Python hook keeps the
   # exception object.  Prefer the object, but never lose an error the hook
