@@ -240,6 +240,7 @@ def ensure_started() -> None:
       cpu = jax.local_devices(backend="cpu")
       _hcb.set_only_cpu_device(cpu[0].id if len(cpu) == 1 else -1)
       atexit.register(_at_exit)
+      _jax.extend_effects_barrier(_on_effects_barrier)
       _state.atexit_registered = True
 
 
@@ -314,7 +315,7 @@ def _wait_for_devices() -> None:
   # its caller has already seen: forget it rather than have JAX print it
   # at exit.
   try:
-    jax.effects_barrier()
+    _jax.wait_for_runtime_tokens()
   except jax.errors.JaxRuntimeError:
     _jax.forget_runtime_tokens()
 
@@ -333,10 +334,22 @@ def _wait_for_callbacks() -> None:
   _hcb.barrier()
 
 
+def _on_effects_barrier() -> None:
+  """Added to ``jax.effects_barrier()`` (see ``_jax.extend_effects_barrier``):
+  it also waits for host_callback's callbacks, and leaves their errors for
+  barrier_wait to raise.  It waits for nothing inside a tap function (that
+  would wait for its own thread) and after the at-exit flush."""
+  if _state.exiting or _hcb.in_tap():
+    return
+  _wait_for_callbacks()
+
+
 def barrier_wait(logging_name: str | None = None) -> None:
   """Blocks until every callback of every computation dispatched before it
   (by any thread), on every local device, has run: single-device programs,
   ``pmap``, ``shard_map`` and ``jit`` over sharded operands alike.
+  ``jax.effects_barrier()`` waits for them too, but raises none of their
+  errors.
 
   Then, if any tap function raised since the previous ``barrier_wait``,
   raises :class:`CallbackException` with the last exception's text and

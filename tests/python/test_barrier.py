@@ -1,8 +1,9 @@
-"""Complete barriers (issue 16, items 2 and 4): ``barrier_wait`` returns
-only once every callback of every computation dispatched before it has run,
-under pmap, shard_map, jit over sharded operands and several processes; and
-a process that exits right after taps in a jit over sharded operands exits
-cleanly, every tap delivered."""
+"""Complete barriers (issue 16, items 2-4): ``barrier_wait`` and
+``jax.effects_barrier()`` return only once every callback of every
+computation dispatched before them has run, under pmap, shard_map, jit over
+sharded operands and several processes; and a process that exits right
+after taps in a jit over sharded operands exits cleanly, every tap
+delivered."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def _blocked_computations(gate: threading.Event) -> dict[str, Callable[[], Any]]
   }
 
 
-@pytest.mark.parametrize("waiter", ["barrier_wait"])
+@pytest.mark.parametrize("waiter", ["barrier_wait", "effects_barrier"])
 @pytest.mark.parametrize("kind", ["pmap", "shard_map",
                                   "jit over sharded operands"])
 def test_barrier_waits_for_a_computation_still_running(kind, waiter):
@@ -91,6 +92,7 @@ def test_barriers_inside_call_functions_return():
       taps = []
       def host(x):
         hcb.barrier_wait()
+        jax.effects_barrier()
         assert len(taps) >= 2, taps  # at least this device's taps
         return x
       def body(x):
@@ -216,6 +218,54 @@ def test_two_processes_barriers_none_early():
   for out, _ in outs:
     got = json.loads(out.strip().splitlines()[-1])
     assert got == {"shard_map": [], "jit_sharded": []}, got
+
+
+# ---- jax.effects_barrier -----------------------------------------------------
+
+def test_effects_barrier_waits_for_taps_and_leaves_errors(collect):
+  from jax import effects_barrier  # bound before any tap: still waits
+
+  def slow(x, transforms):
+    time.sleep(0.01)
+    collect(x, transforms)
+
+  f = jax.jit(lambda x: hcb.id_tap(slow, x + 1) * 2)
+  for i in range(3):
+    f(jnp.float32(i))
+    (jax.effects_barrier if i % 2 else effects_barrier)()
+    assert [float(a) for a in collect.args] == list(range(1, i + 2))
+
+  def bad(x, transforms):
+    time.sleep(0.05)
+    raise ValueError("tap says no")
+
+  jax.jit(lambda x: hcb.id_tap(bad, x))(jnp.float32(0))
+  jax.effects_barrier()  # waits for it, neither raises nor forgets it
+  with pytest.raises(hcb.CallbackException, match="tap says no"):
+    hcb.barrier_wait()
+
+
+def test_effects_barrier_inside_a_tap_returns(collect):
+  def tap(x, transforms):
+    jax.effects_barrier()  # would wait for its own thread: waits for nothing
+    collect(x, transforms)
+
+  jax.jit(lambda x: hcb.id_tap(tap, x))(jnp.float32(3))
+  hcb.barrier_wait()
+  assert [float(a) for a in collect.args] == [3.0]
+
+
+def test_effects_barrier_still_waits_for_jax_callbacks():
+  seen = []
+
+  def host(x):
+    time.sleep(0.05)
+    seen.append(float(x))
+
+  jax.jit(lambda x: jax.experimental.io_callback(host, None, x))(
+      jnp.float32(2))
+  jax.effects_barrier()
+  assert seen == [2.0]
 
 
 # ---- exit ----------------------------------------------------------------------
