@@ -666,8 +666,11 @@ hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
     if (buffers != NULL &&
         append_buffers(t->base.state, buffers, args, nargs, device, 1) == 0 &&
         append_buffers(t->base.state, buffers, results, nresults, device, 0) ==
-            0)
+            0) {
+        hcb_py_enter_call();
         result = call_callback(t, device, buffers, nargs);
+        hcb_py_leave_call();
+    }
     /* XLA's memory is valid only until we return. */
     for (i = 0; buffers != NULL && i < PyList_GET_SIZE(buffers); i++)
         buffer_release((buffer_object *)PyList_GET_ITEM(buffers, i));

@@ -24,6 +24,29 @@
 
 #define PREFIX "host_callback.call: callback '%s' "
 
+/* How many call (or buffer_callback) functions this thread is inside of:
+ * their computation cannot finish before they return, so barrier_wait must
+ * not wait for it (host_callback/_runtime.py). */
+static _Thread_local int in_call;
+
+void
+hcb_py_enter_call(void)
+{
+    in_call++;
+}
+
+void
+hcb_py_leave_call(void)
+{
+    in_call--;
+}
+
+int
+hcb_py_in_call(void)
+{
+    return in_call > 0;
+}
+
 /* ---- describing values for messages -------------------------------------- */
 
 /* Appends to buf (NUL-terminated, capacity cap) at *len, truncating. */
@@ -484,7 +507,9 @@ hcb_py_call(void *user, hcb_device device, const hcb_array *args, size_t nargs,
         return rc;
     }
     value = argument_of(t, device, args, nargs);
+    hcb_py_enter_call();
     result = value != NULL ? call_function(t, device, value) : NULL;
+    hcb_py_leave_call();
     Py_XDECREF(value);
     if (result == NULL) {
         rc = raised(t, err);

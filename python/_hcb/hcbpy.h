@@ -227,6 +227,12 @@ PyObject *hcb_py_notify_unused(void);
 void hcb_py_lifetime_init(void);
 
 /* call.c */
+/* Marks this thread as running a call or buffer_callback function, inside
+ * the computation that waits for it (nested calls count). */
+void hcb_py_enter_call(void);
+void hcb_py_leave_call(void);
+/* True while this thread runs a Python call or buffer_callback function. */
+int hcb_py_in_call(void);
 int hcb_py_call(void *user, hcb_device device, const hcb_array *args,
                 size_t nargs, const hcb_array *results, size_t nresults,
                 hcb_error *err);

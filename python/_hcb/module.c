@@ -715,9 +715,20 @@ hcb_in_tap(PyObject *module, PyObject *unused)
     return PyBool_FromLong(hcb_py_in_tap());
 }
 
+static PyObject *
+hcb_in_call(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    return PyBool_FromLong(hcb_py_in_call());
+}
+
 static PyMethodDef hcb_methods[] = {
     {"in_tap", hcb_in_tap, METH_NOARGS,
      "in_tap() -> whether this thread is running a tap function."},
+    {"in_call", hcb_in_call, METH_NOARGS,
+     "in_call() -> whether this thread is running a call or buffer_callback "
+     "function."},
     {"configure", hcb_configure, METH_VARARGS,
      "configure(dtypes, device_lookup, on_error, tree_flatten, warn): set "
      "the Python hooks."},

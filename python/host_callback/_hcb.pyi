@@ -84,6 +84,10 @@ def configure(dtypes: tuple[np.dtype[Any] | None, ...],
 def in_tap() -> bool:
   """Whether this thread is running a tap function."""
 
+def in_call() -> bool:
+  """Whether this thread is running a call or buffer_callback function
+  (inside the computation that waits for it)."""
+
 def register_tap(site: TapSite, name: str, /) -> int:
   """Registers a Python tap site; returns its id."""
 

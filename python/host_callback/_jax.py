@@ -94,6 +94,55 @@ def has_monitoring_listeners(on_start: Callable[..., Any],
 abstract_token: Any = _core.abstract_token
 
 
+# ---- jax.effects_barrier ------------------------------------------------------
+
+# dispatch.RuntimeTokenSet.block_until_ready(self): what jax.effects_barrier()
+# runs (api.effects_barrier calls it on dispatch.runtime_tokens, the one
+# instance), as do JAX's own atexit hook (dispatch.wait_for_tokens) and
+# jax.clear_backends.  It waits for the computations that JAX gave runtime
+# tokens, i.e. those with JAX effects; ours have none (they keep JAX's C++
+# fast dispatch), so host_callback adds its own wait.  The instance is a
+# threading.local, whose attributes are per thread: the method is replaced
+# on the class, so every thread's effects_barrier goes through it, whichever
+# way the caller imported effects_barrier.  JAX 0.10-0.12.
+_TokenSet: Any = _dispatch.RuntimeTokenSet
+_jax_block_until_ready: Callable[[Any], None] = _TokenSet.block_until_ready
+
+
+def wait_for_runtime_tokens() -> None:
+  """JAX's own ``jax.effects_barrier()``, without host_callback's wait."""
+  _jax_block_until_ready(_dispatch.runtime_tokens)
+
+
+def extend_effects_barrier(also_wait: Callable[[], None]) -> None:
+  """Makes ``jax.effects_barrier()`` call ``also_wait()`` after JAX's own
+  wait (also when that raises).  Installing it again replaces
+  ``also_wait``."""
+
+  def block_until_ready(self: Any) -> None:
+    try:
+      _jax_block_until_ready(self)
+    finally:
+      also_wait()
+
+  block_until_ready.__doc__ = _jax_block_until_ready.__doc__
+  block_until_ready.__wrapped__ = _jax_block_until_ready  # type: ignore[attr-defined]
+  _TokenSet.block_until_ready = block_until_ready
+
+
+def _check_effects_barrier() -> str | None:
+  import jax._src.api as api  # effects_barrier's own module
+  if not callable(getattr(_TokenSet, "block_until_ready", None)):
+    return "RuntimeTokenSet has no block_until_ready()"
+  if not isinstance(_dispatch.runtime_tokens, _TokenSet):
+    return "dispatch.runtime_tokens is not a RuntimeTokenSet"
+  if "runtime_tokens.block_until_ready" not in inspect.getsource(
+      api.effects_barrier):
+    return ("api.effects_barrier no longer calls "
+            "dispatch.runtime_tokens.block_until_ready()")
+  return None
+
+
 # ---- effects ------------------------------------------------------------------
 
 # effects.Effect and the sets of effect types allowed in lowering, in
@@ -286,6 +335,8 @@ TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
      lambda: None if isinstance(getattr(_dispatch.runtime_tokens,
                                         "output_runtime_tokens", None), dict)
      else "runtime_tokens has no output_runtime_tokens dict"),
+    ("dispatch.RuntimeTokenSet.block_until_ready (jax.effects_barrier)",
+     _check_effects_barrier),
     ("effects.Effect and the allowed-effect sets", _check_effect_sets),
     ("partial_eval.partial_eval_jaxpr_custom_rules",
      lambda: None if isinstance(partial_eval_jaxpr_custom_rules, dict)

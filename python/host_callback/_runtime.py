@@ -53,6 +53,7 @@ import numpy as np
 
 from host_callback import _config
 from host_callback import _hcb
+from host_callback import _jax
 from host_callback._native import NativeCallback
 from host_callback._native import NativeTap
 from host_callback._types import CallbackException
@@ -286,15 +287,14 @@ _state = _State()
 
 
 def _before_fork() -> None:
-  """In the parent, before a fork: compiles the probe of barrier_wait for
-  every local CPU device (a forked child cannot compile: XLA's compiler
-  threads are not in it), so that the child's barrier_wait and at-exit
-  flush work."""
+  """In the parent, before a fork: compiles the probes of barrier_wait (a
+  forked child cannot compile: XLA's compiler threads are not in it), so
+  that the child's barrier_wait and at-exit flush work."""
   if not _state.handlers_registered or _state.probe_compiled:
     return
   try:
-    for dev in jax.local_devices(backend="cpu"):
-      _touch(jax.device_put(np.int32(0), dev)).block_until_ready()
+    for out in _dispatch_probes():
+      out.block_until_ready()
     _state.probe_compiled = True
   except Exception:  # never break the fork itself
     logger.debug("host_callback: probe compilation before fork failed",
@@ -386,6 +386,7 @@ def ensure_started() -> None:
       cpu = jax.local_devices(backend="cpu")
       _hcb.set_only_cpu_device(cpu[0].id if len(cpu) == 1 else -1)
       atexit.register(_at_exit)
+      _jax.extend_effects_barrier(_on_effects_barrier)
       _state.atexit_registered = True
 
 
@@ -563,34 +564,90 @@ def _refuse_inside_tap(what: str) -> None:
         "the very thread that runs it. Call it from the main program.")
 
 
-def _wait_for_devices() -> None:
-  """Runs a tiny computation on every local device and waits for it.  A
-  device runs its computations in dispatch order, so once these are done
-  every computation started earlier has issued all of its taps.
+def _dispatch_probes() -> list[jax.Array]:
+  """The probes of :func:`_wait_for_devices`: one on each local CPU device
+  and, with several, one over all of them."""
+  devices = jax.local_devices(backend="cpu")
+  pending = [_touch(jax.device_put(np.int32(0), d)) for d in devices]
+  if len(devices) > 1:
+    mesh = jax.sharding.Mesh(np.array(devices), ("d",))
+    pending.append(_touch(jax.device_put(
+        np.zeros(len(devices), np.int32),
+        jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")))))
+  return pending
 
-  Known gap: PJRT's CPU client starts a computation when its inputs are
-  ready, so one whose inputs are still being transferred (e.g. resharded
-  for a multi-device program) may run after these probes; its taps can
-  then arrive after barrier_wait returns.  Seen once in CI
-  (tests/python/test_native.py, shard_map), not reproduced in 600 runs."""
-  pending = [_touch(jax.device_put(np.int32(0), dev))
-             for dev in jax.local_devices(backend="cpu")]
-  for out in pending:
+
+def _wait_for_devices() -> None:
+  """Returns once every computation dispatched (by any thread) before the
+  call has finished on every local CPU device, so that each has issued all
+  of its callbacks: taps are then in the runtime's queues (which
+  ``_hcb.barrier`` drains), calls have run, and the taps that go through
+  JAX's Python callback (jit over sharded operands) have been submitted.
+
+  It dispatches probe computations and waits for them.  What orders them
+  after the computations dispatched earlier is how PJRT's CPU client
+  schedules (JAX 0.10-0.12; tests/python/test_barrier.py checks it on the
+  JAX installed):
+
+  - a computation on one device waits for the previous one-device
+    computation dispatched to that device (the device's last enqueue
+    event), even when its own inputs are ready;
+  - a computation on several devices (pmap, shard_map, jit over sharded
+    operands) waits until the previous multi-device computation of the
+    client has finished on all of its devices (the last collective launch
+    event), whichever devices either runs on; one-device computations do
+    not wait for these, nor these for them.
+
+  So one probe per device covers the one-device computations, and one
+  probe over all local devices covers every multi-device computation.  (A
+  probe on each device alone is not enough: it can finish while a
+  multi-device computation dispatched before it still waits for its
+  inputs or its turn -- the early returns of issue 16.)  Under
+  ``jax.distributed`` the same holds for this process's part of a global
+  computation; every process waits for its own devices.
+  """
+  for out in _dispatch_probes():
     out.block_until_ready()
-  # Computations that JAX runs with runtime tokens (ours under jit over
-  # sharded operands go through JAX's Python callback) finish here too.  A
-  # token of a failed one holds an error its caller has already seen (and
-  # that we recorded): forget it rather than have JAX print it at exit.
+  # Computations that JAX runs with runtime tokens (with JAX effects, e.g.
+  # io_callback) finish here too.  A token of a failed one holds an error
+  # its caller has already seen: forget it rather than have JAX print it
+  # at exit.
   try:
-    jax.effects_barrier()
+    _jax.wait_for_runtime_tokens()
   except jax.errors.JaxRuntimeError:
-    from host_callback import _jax
     _jax.forget_runtime_tokens()
 
 
+def _wait_for_callbacks() -> None:
+  """Waits until every callback of every computation dispatched before the
+  call has run, on every local device.  Errors of tap functions stay
+  recorded (for barrier_wait).
+
+  Inside a call or buffer_callback function, the computation that runs it
+  cannot finish before the function returns, and a probe may have to wait
+  for it (always under pmap, shard_map and jit over sharded operands): there
+  it waits only for the taps already issued."""
+  if not _hcb.in_call():
+    _wait_for_devices()
+  _hcb.barrier()
+
+
+def _on_effects_barrier() -> None:
+  """Added to ``jax.effects_barrier()`` (see ``_jax.extend_effects_barrier``):
+  it also waits for host_callback's callbacks, and leaves their errors for
+  barrier_wait to raise.  It waits for nothing inside a tap function (that
+  would wait for its own thread) and after the at-exit flush."""
+  if _state.exiting or _hcb.in_tap():
+    return
+  _wait_for_callbacks()
+
+
 def barrier_wait(logging_name: str | None = None) -> None:
-  """Blocks until every callback of every computation already started on
-  every local device has run.
+  """Blocks until every callback of every computation dispatched before it
+  (by any thread), on every local device, has run: single-device programs,
+  ``pmap``, ``shard_map`` and ``jit`` over sharded operands alike.
+  ``jax.effects_barrier()`` waits for them too, but raises none of their
+  errors.
 
   Then, if any tap function raised since the previous ``barrier_wait``,
   raises :class:`CallbackException` with the last exception's text and
@@ -615,8 +672,7 @@ def barrier_wait(logging_name: str | None = None) -> None:
   if _state.handlers_registered:
     try:
       _wait_for_tokens(retired)
-      _wait_for_devices()
-      _hcb.barrier()
+      _wait_for_callbacks()
     except BaseException:
       _state.retired.extend(retired)
       raise

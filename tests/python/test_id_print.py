@@ -400,9 +400,7 @@ def test_tap_with_device_names_each_device_once_per_record():
   devices = jax.devices()
   f = jax.pmap(lambda x: hcb.id_print(x * 2, output_stream=s, what="p",
                                       tap_with_device=True))
-  # Waits for the result first: barrier_wait does not cover a computation
-  # still waiting for its inputs (the known gap in _runtime._wait_for_devices).
-  f(jnp.arange(len(devices) * 2.0).reshape(len(devices), 2)).block_until_ready()
+  f(jnp.arange(len(devices) * 2.0).reshape(len(devices), 2))
   hcb.barrier_wait()
   lines = s.getvalue().splitlines()
   records = sorted(zip(lines[0::2], lines[1::2]))

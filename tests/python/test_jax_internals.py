@@ -53,8 +53,10 @@ def test_importing_the_package_replaces_none_of_jax_rules():
       from jax.interpreters import batching
       from jax.extend.core import primitives as P
 
+      from jax._src import dispatch
       before = dict(pe.dce_rules)
       cond_rule = batching.fancy_primitive_batchers[P.cond_p]
+      effects_barrier = dispatch.RuntimeTokenSet.block_until_ready
       import host_callback as hcb
       own = {p for p in pe.dce_rules if p.name.startswith("hcb_")}
       changed = [p.name for p, r in pe.dce_rules.items()
@@ -67,6 +69,7 @@ def test_importing_the_package_replaces_none_of_jax_rules():
       assert float(f(jnp.ones(3))[0]) == 4.0
       assert all(before.get(p) is r for p, r in pe.dce_rules.items()
                  if p not in own)
+      assert dispatch.RuntimeTokenSet.block_until_ready is effects_barrier
 
       # Tracing a program with a tap keeps the containers that hold taps.
       seen = []

@@ -192,11 +192,7 @@ def test_native_tap_runs_on_every_device_under_shard_map(lib):
   mesh = Mesh(np.array(jax.devices()[:4]), ("d",))
   f = jax.jit(jax.shard_map(lambda x: hcb.id_tap(tap, x), mesh=mesh,
                             in_specs=P("d"), out_specs=P("d")))
-  # Wait for the result first: a CI run once saw barrier_wait return with
-  # 3 of the 4 shards' taps delivered when it was not (the input's
-  # resharding transfer may delay a shard behind barrier_wait's own probe
-  # computation; see the note on _runtime._wait_for_devices).
-  jax.block_until_ready(f(jnp.arange(8, dtype=jnp.float32)))
+  f(jnp.arange(8, dtype=jnp.float32))
   hcb.barrier_wait()
   assert lib.native_taps() == 4
   assert lib.native_devices_seen() == sum(1 << d.id for d in jax.devices()[:4])
