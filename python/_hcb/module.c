@@ -590,6 +590,14 @@ hcb_shutdown(PyObject *module, PyObject *unused)
 }
 
 static PyObject *
+hcb_abandon(PyObject *module, PyObject *unused)
+{
+    (void)unused;
+    atomic_store(&state_of(module)->shutting_down, 1);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 hcb_set_max_queue_bytes(PyObject *module, PyObject *arg)
 {
     unsigned long long n = PyLong_AsUnsignedLongLong(arg);
@@ -773,6 +781,9 @@ static PyMethodDef hcb_methods[] = {
      "stop(): drain the queues and join the consumer threads."},
     {"shutdown", hcb_shutdown, METH_NOARGS,
      "shutdown(): stop and never call Python taps again (interpreter exit)."},
+    {"abandon", hcb_abandon, METH_NOARGS,
+     "abandon(): never call Python taps again, without waiting for the "
+     "consumer threads (exit after an interrupted flush)."},
     {"set_max_queue_bytes", hcb_set_max_queue_bytes, METH_O,
      "set_max_queue_bytes(n): the per-device queue bound in bytes."},
     {"set_only_cpu_device", hcb_set_only_cpu_device, METH_O,

@@ -169,6 +169,10 @@ def stop() -> None:
 def shutdown() -> None:
   """Stops, and never calls Python taps again (interpreter exit)."""
 
+def abandon() -> None:
+  """Never calls Python taps again, without waiting for the consumer
+  threads (exit after an interrupted flush)."""
+
 def set_max_queue_bytes(n: int, /) -> None:
   """The per-device queue bound in bytes."""
 

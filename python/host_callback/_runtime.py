@@ -279,6 +279,7 @@ class _State:
     self.atexit_registered = False
     self.exiting = False
     self.probe_compiled = False  # _touch, on every device (_before_fork)
+    self.forked = False  # in a child of os.fork (_after_fork_in_child)
     # (exception, formatted traceback) of the last failing callback.
     self.last_exception: tuple[BaseException, str] | None = None
 
@@ -327,6 +328,7 @@ def _after_fork_in_child() -> None:
   _state.lock = threading.RLock()
   _state.last_exception = None
   _state.release_thread = None
+  _state.forked = True
   mp_util = sys.modules.get("multiprocessing.util")
   if mp_util is not None and _state.handlers_registered:
     mp_util.register_after_fork(_state, _at_multiprocessing_start)
@@ -566,10 +568,13 @@ def _refuse_inside_tap(what: str) -> None:
 
 def _dispatch_probes() -> list[jax.Array]:
   """The probes of :func:`_wait_for_devices`: one on each local CPU device
-  and, with several, one over all of them."""
+  and, with several, one over all of them -- except in a forked child,
+  where a computation over several devices never finishes (PJRT's CPU
+  client runs it on threads the child does not have), so the child has
+  none to wait for either."""
   devices = jax.local_devices(backend="cpu")
   pending = [_touch(jax.device_put(np.int32(0), d)) for d in devices]
-  if len(devices) > 1:
+  if len(devices) > 1 and not _state.forked:
     mesh = jax.sharding.Mesh(np.array(devices), ("d",))
     pending.append(_touch(jax.device_put(
         np.zeros(len(devices), np.int32),
@@ -607,7 +612,7 @@ def _wait_for_devices() -> None:
   computation; every process waits for its own devices.
   """
   for out in _dispatch_probes():
-    out.block_until_ready()
+    out.block_until_ready()  # interruptible: jaxlib checks for Ctrl-C
   # Computations that JAX runs with runtime tokens (with JAX effects, e.g.
   # io_callback) finish here too.  A token of a failed one holds an error
   # its caller has already seen: forget it rather than have JAX print it
@@ -733,12 +738,19 @@ def _at_exit() -> None:
     barrier_wait("at_exit")
   except CallbackException as e:
     logger.error("host_callback: %s", e)
+  except KeyboardInterrupt:
+    # Ctrl-C while the flush waits (a tap function that never returns):
+    # exit now, without the taps still pending and without joining the
+    # consumer threads, which would wait for that tap function again.
+    logger.warning("host_callback: exit interrupted: %d queued taps are "
+                   "left undelivered", _hcb.stats()["queued_records"])
+    _hcb.abandon()
+    return
   except Exception:  # JAX may already be shutting down: still stop.
     logger.exception("host_callback: at-exit barrier failed")
-  finally:
-    # The release thread may be waiting on the devices: let it finish
-    # before JAX's own exit hooks tear the backends down.
-    thread = _state.release_thread
-    if thread is not None and thread.is_alive():
-      thread.join(timeout=5)
-    _hcb.shutdown()
+  # The release thread may be waiting on the devices: let it finish before
+  # JAX's own exit hooks tear the backends down.
+  thread = _state.release_thread
+  if thread is not None and thread.is_alive():
+    thread.join(timeout=5)
+  _hcb.shutdown()

@@ -6,7 +6,11 @@ Each case runs in a subprocess, bounded in time."""
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
+import sys
+import textwrap
+import time
 
 import pytest
 
@@ -154,6 +158,67 @@ def test_ctrl_c_interrupts_barrier_wait_while_a_tap_runs():
   assert latency is not None, proc.stdout
   assert float(latency.group(1)) < 0.5, proc.stdout
   assert "delivered [1, 0, 2]" in proc.stdout, proc.stdout
+
+
+def test_ctrl_c_interrupts_barrier_wait_while_devices_wait_on_a_full_queue():
+  # Under pmap, device 0's tap function never returns and its queue fills:
+  # device 0's computations wait, and so does barrier_wait's probe of the
+  # devices (before it reaches the queues).  Ctrl-C must still end it.
+  proc = run_python("""
+      import os, signal, threading, time
+      import jax, numpy as np
+      import host_callback as hcb
+      never = threading.Event()
+      def tap(x, transforms, device):
+        if device.id == 0:
+          never.wait()
+      f = jax.pmap(lambda x: hcb.id_tap(tap, x, tap_with_device=True))
+      x = np.zeros((jax.local_device_count(), 1 << 20), np.float32)
+      for _ in range(8):  # 4 MB per device each: more than the bound
+        f(x)
+      sent = []
+      def interrupt():
+        time.sleep(1)
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+      threading.Thread(target=interrupt).start()
+      try:
+        hcb.barrier_wait()
+        print("no KeyboardInterrupt", flush=True)
+      except KeyboardInterrupt:
+        print(f"latency {time.monotonic() - sent[0]:.3f}", flush=True)
+      os._exit(0)  # device 0 never finishes
+  """, env=SMALL_QUEUE, timeout=60)
+  latency = re.search(r"latency (\S+)", proc.stdout)
+  assert latency is not None, (proc.stdout, proc.stderr[-3000:])
+  assert float(latency.group(1)) < 0.5, proc.stdout
+
+
+def test_ctrl_c_ends_the_exit_flush_of_a_tap_that_never_returns():
+  # The script ends while its tap function never returns: the at-exit flush
+  # waits for it.  Ctrl-C then ends the process at once, saying what is
+  # left (it used to wait forever to join the consumer thread).
+  proc = subprocess.Popen(
+      [sys.executable, "-c", textwrap.dedent("""
+      import threading
+      import jax
+      import host_callback as hcb
+      never = threading.Event()
+      jax.jit(lambda x: hcb.id_tap(lambda x, t: never.wait(), x))(1)
+      print("script end", flush=True)
+      """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    assert proc.stdout.readline() == "script end\n"
+    time.sleep(0.5)  # into the at-exit flush
+    proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    took = time.monotonic() - sent
+  finally:
+    proc.kill()
+  assert took < 2, took
+  assert proc.returncode == 0, err[-3000:]
+  assert "exit interrupted: 1 queued taps are left undelivered" in err, err
 
 
 @pytest.mark.parametrize("inner", ["jit", "jit with call"])
