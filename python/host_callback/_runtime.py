@@ -197,22 +197,24 @@ def _dtype_table() -> tuple[Any, ...]:
 
 
 def checked_device_index(device_index: Any, what: str) -> int:
-  """``device_index`` as an int, or a clear error: it must index the
-  process's local devices (``jax.local_devices()``, as the removed module
-  used it).  Checked where the callback is bound, so that a program on one
-  device (or under ``pmap``/``shard_map``, where every device calls) does
-  not silently accept it; jit over sharded operands checks it against the
-  computation's devices when lowering (_lowering.py)."""
+  """``device_index`` as an int, or a clear error: it indexes the devices of
+  the computation, so it must be below ``jax.device_count()`` (this
+  process's devices, and under ``jax.distributed`` every process's: a
+  global computation counts them all).  Checked where the callback is
+  bound, so that a program on one device (or under ``pmap``/``shard_map``,
+  where every device calls) does not silently accept it; jit over sharded
+  operands checks it against the computation's own devices when lowering
+  (_lowering.py)."""
   if isinstance(device_index, bool) or not isinstance(
       device_index, (int, np.integer)):
     raise TypeError(f"{what}: device_index must be an int, got "
                     f"{device_index!r}")
-  count = len(jax.local_devices())
+  count = jax.device_count()
   if not 0 <= device_index < count:
     raise ValueError(
-        f"{what}: device_index={int(device_index)} is out of range: this "
-        f"process has {count} local device{'s' if count != 1 else ''}, so "
-        f"device_index must be from 0 to {count - 1}")
+        f"{what}: device_index={int(device_index)} is out of range: JAX has "
+        f"{count} device{'s' if count != 1 else ''}, so device_index must be "
+        f"from 0 to {count - 1}")
   return int(device_index)
 
 

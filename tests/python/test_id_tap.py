@@ -310,8 +310,8 @@ def test_unused_tap_runs_inside_scan_with_no_outputs_at_all(collect):
 
 # ---- device_index ---------------------------------------------------------------
 
-OUT_OF_RANGE = ("device_index=4 is out of range: this process has 4 local "
-                "devices, so device_index must be from 0 to 3")
+OUT_OF_RANGE = ("device_index=4 is out of range: JAX has 4 devices, so "
+                "device_index must be from 0 to 3")
 
 
 def _bind_each(device_index):
@@ -365,5 +365,5 @@ def test_device_index_out_of_range_on_one_device():
   """, env={"JAX_NUM_CPU_DEVICES": "1"})
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert proc.stdout.splitlines() == [
-      "device_index=5 is out of range: this process has 1 local device, so "
-      "device_index must be from 0 to 0"] * 2
+      "device_index=5 is out of range: JAX has 1 device, so device_index "
+      "must be from 0 to 0"] * 2
