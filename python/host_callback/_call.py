@@ -261,7 +261,8 @@ def call(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
     value = arg_treedef.unflatten([np.asarray(x) for x in sent])
     if call_with_device:
       result = callback_func(value,
-                             device=jax.local_devices()[device_index])
+                             device=_runtime.inline_device(
+                                 device_index, "host_callback.call"))
     else:
       result = callback_func(value)
     return _inline_result(site, result)

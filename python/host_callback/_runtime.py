@@ -218,6 +218,22 @@ def checked_device_index(device_index: Any, what: str) -> int:
   return int(device_index)
 
 
+def inline_device(device_index: int, what: str) -> jax.Device:
+  """The device an inline callback (HOST_CALLBACK_INLINE) is given: the
+  ``device_index``-th of this process's devices.  A ``device_index`` that
+  passed :func:`checked_device_index` can still name another process's
+  device under ``jax.distributed``: a clear error then."""
+  devices = jax.local_devices()
+  if device_index >= len(devices):
+    count = len(devices)
+    raise ValueError(
+        f"{what}: device_index={device_index} is out of range for an inline "
+        f"callback, which runs in this process: it has {count} local "
+        f"device{'s' if count != 1 else ''}, so device_index must be from 0 "
+        f"to {count - 1}")
+  return devices[device_index]
+
+
 def device_key(device: jax.Device) -> int:
   """The runtime's key of a CPU device (HCB_DEVICE in include/hcb/hcb.h)."""
   return (_PLATFORM_CPU << 32) | device.id
@@ -292,8 +308,11 @@ _state = _State()
 def _before_fork() -> None:
   """In the parent, before a fork: compiles the probes of barrier_wait (a
   forked child cannot compile: XLA's compiler threads are not in it), so
-  that the child's barrier_wait and at-exit flush work."""
-  if not _state.handlers_registered or _state.probe_compiled:
+  that the child's barrier_wait and at-exit flush work.  Not from inside a
+  device callback: the probes could wait for the computation that runs it
+  (the child of such a fork compiles them itself, if it can)."""
+  if (not _state.handlers_registered or _state.probe_compiled
+      or _in_device_callback()):
     return
   try:
     for out in _dispatch_probes():
@@ -625,16 +644,26 @@ def _wait_for_devices() -> None:
     _jax.forget_runtime_tokens()
 
 
+def _in_device_callback() -> bool:
+  """Whether this thread runs a callback for a running computation: a
+  call or buffer_callback function of ours, or JAX's own io_callback,
+  pure_callback or debug.callback (XLA's threads, which Python knows only
+  as ``threading._DummyThread``).  That computation cannot finish before
+  the callback returns, and the probes of :func:`_wait_for_devices` may
+  wait for it (always under pmap, shard_map and jit over sharded operands,
+  and on its own device): there the probes would never finish."""
+  return _hcb.in_call() or isinstance(threading.current_thread(),
+                                      threading._DummyThread)
+
+
 def _wait_for_callbacks() -> None:
   """Waits until every callback of every computation dispatched before the
   call has run, on every local device.  Errors of tap functions stay
   recorded (for barrier_wait).
 
-  Inside a call or buffer_callback function, the computation that runs it
-  cannot finish before the function returns, and a probe may have to wait
-  for it (always under pmap, shard_map and jit over sharded operands): there
-  it waits only for the taps already issued."""
-  if not _hcb.in_call():
+  Inside a device callback (:func:`_in_device_callback`) it waits only for
+  the taps already issued."""
+  if not _in_device_callback():
     _wait_for_devices()
   _hcb.barrier()
 
@@ -704,7 +733,7 @@ def stop_outfeed_receiver() -> None:
   threads.  The next tap starts them again.  Exceptions of tap functions
   stay recorded for the next :func:`barrier_wait`."""
   _refuse_inside_tap("stop_outfeed_receiver")
-  if _state.handlers_registered:
+  if _state.handlers_registered and not _in_device_callback():
     _wait_for_devices()
   _hcb.stop()
 

@@ -149,7 +149,8 @@ def _tap_inline(site: _runtime.TapSite, leaves: list[Any],
   assert not isinstance(func, NativeTap), "a native tap never runs inline"
   value = site.treedef.unflatten([np.asarray(x) for x in leaves])
   if site.with_device:
-    func(value, site.transforms, device=jax.local_devices()[device_index])
+    func(value, site.transforms,
+         device=_runtime.inline_device(device_index, "id_tap"))
   else:
     func(value, site.transforms)
 

@@ -1,7 +1,9 @@
 """One of two processes of test_transforms.test_two_processes: joins a
 2-process JAX cluster on loopback (gloo collectives, 2 CPU devices each),
 taps and calls from every device under shard_map, and prints what this
-process received as JSON.  Usage: multiprocess_worker.py PROCESS_ID PORT"""
+process received as JSON.  Inline mode is on: it runs eager calls only
+(shard_map's are compiled), and one checks the device an inline call is
+given.  Usage: multiprocess_worker.py PROCESS_ID PORT"""
 
 import json
 import os
@@ -9,6 +11,7 @@ import sys
 
 process_id, port = int(sys.argv[1]), sys.argv[2]
 os.environ["JAX_NUM_CPU_DEVICES"] = "2"
+os.environ["HOST_CALLBACK_INLINE"] = "1"
 
 import jax  # noqa: E402
 
@@ -46,7 +49,18 @@ x = jax.make_array_from_callback(xs.shape, NamedSharding(mesh, P("d")),
 out = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"),
                             out_specs=P("d")))(x)
 hcb.barrier_wait()
+# Inline, device_index counts this process's devices: 3 of the 4 global
+# ones is another process's, a clear error.
+inline = []
+hcb.call(lambda x, device: inline.append(device.id), 0,
+         call_with_device=True, device_index=1)
+try:
+  hcb.call(lambda x, device: inline.append(device.id), 0,
+           call_with_device=True, device_index=3)
+except ValueError as e:
+  inline.append(str(e))
 print(json.dumps({
+    "inline": inline,
     "local": [d.id for d in jax.local_devices()],
     "taps": sorted(taps), "calls": sorted(calls),
     "out": sorted([s.device.id, np.asarray(s.data).tolist()]

@@ -114,6 +114,70 @@ def test_barriers_inside_call_functions_return():
   assert done.stdout.strip() == "ok"
 
 
+INSIDE_A_DEVICE_CALLBACK = """
+import os, sys
+os.environ["JAX_NUM_CPU_DEVICES"] = "2"
+import jax, numpy as np
+from jax.experimental import io_callback
+import host_callback as hcb
+
+kind, program, action = sys.argv[1:]
+jax.jit(lambda x: hcb.id_tap(lambda v, t: None, x))(np.float32(0))
+hcb.barrier_wait()  # the runtime is up: the barriers wait for devices
+
+def host(x):
+  if action == "barriers":
+    hcb.barrier_wait()
+    jax.effects_barrier()
+  elif action == "stop":
+    hcb.stop_outfeed_receiver()
+  else:  # fork: the child ends at once, the parent goes on
+    pid = os.fork()
+    if pid == 0:
+      os._exit(7)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7
+  return x
+
+def body(x):
+  if kind == "hcb.call":
+    return hcb.call(host, x, result_shape=x)
+  if kind == "io_callback":
+    return io_callback(host, x, x)
+  return jax.pure_callback(host, x, x)
+
+x = np.ones((2, 2), np.float32)
+if program == "pmap":
+  out = jax.pmap(body)(x)
+else:
+  out = jax.jit(body)(x[0])
+np.testing.assert_array_equal(np.asarray(out), np.asarray(out) * 0 + 1)
+taps = []
+jax.jit(lambda x: hcb.id_tap(lambda v, t: taps.append(float(v)), x))(
+    np.float32(5))
+hcb.barrier_wait()  # later taps and barriers work as usual
+assert taps == [5.0], taps
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("action", ["barriers", "stop", "fork"])
+@pytest.mark.parametrize("program", ["pmap", "jit"])
+@pytest.mark.parametrize("kind", ["hcb.call", "io_callback", "pure_callback"])
+def test_inside_a_device_callback_barriers_stop_and_fork_return(
+    kind, program, action):
+  """Inside a function that a running computation calls -- ours, or JAX's
+  own io_callback and pure_callback -- the computation cannot finish before
+  the function returns: barrier_wait, jax.effects_barrier and
+  stop_outfeed_receiver wait only for the taps already issued, and a fork
+  does not wait for devices either (under pmap each of these used to hang;
+  with host_callback imported, so did a barrier in JAX's own callbacks)."""
+  done = subprocess.run(
+      [sys.executable, "-c", INSIDE_A_DEVICE_CALLBACK, kind, program, action],
+      capture_output=True, text=True, timeout=120)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.stdout.strip() == "ok"
+
+
 # ---- 1,000 iterations: every tap delivered when barrier_wait returns ---------
 
 STRESS = """

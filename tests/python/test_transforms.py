@@ -374,6 +374,10 @@ def test_two_processes_each_receive_their_own_devices_callbacks():
     expected = sorted([d, [[2. * r, 2. * r + 1]]]
                       for d, (r,) in shards.items())
     assert g["taps"] == expected  # exactly this process's devices
+    assert g["inline"] == [devices[1], (
+        "host_callback.call: device_index=3 is out of range for an inline "
+        "callback, which runs in this process: it has 2 local devices, so "
+        "device_index must be from 0 to 1")]
     assert g["calls"] == expected
     assert g["out"] == sorted([d, [[v + 100 for v in row] for row in rows]]
                               for d, rows in expected)
