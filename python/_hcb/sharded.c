@@ -24,7 +24,7 @@
 _Static_assert(sizeof(npy_intp) == sizeof(int64_t),
                "numpy dims are viewed as int64_t");
 
-#define MAX_ARRAYS 256
+#define STACK_ARRAYS 16
 
 static PyObject *
 raise_error(const hcb_error *err)
@@ -33,16 +33,72 @@ raise_error(const hcb_error *err)
     return NULL;
 }
 
+/* The views of a sequence's arrays and the objects that keep them alive:
+ * on the stack for up to STACK_ARRAYS arrays, else on the heap (a tap or a
+ * call takes as many arrays as the program gives it, as the FFI handlers
+ * do).  room_close is safe after room_init and after a failed room_open. */
+typedef struct {
+    hcb_array *views;
+    PyObject **keep;
+    Py_ssize_t n;
+    hcb_array stack_views[STACK_ARRAYS];
+    PyObject *stack_keep[STACK_ARRAYS];
+} arrays_room;
+
+static void
+room_init(arrays_room *r)
+{
+    r->views = r->stack_views;
+    r->keep = r->stack_keep;
+    r->n = 0;
+}
+
+static int
+room_open(arrays_room *r, PyObject *seq)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+
+    room_init(r);
+    memset(r->stack_keep, 0, sizeof r->stack_keep);
+    if (n > STACK_ARRAYS) {
+        r->views = PyMem_Calloc((size_t)n, sizeof *r->views);
+        r->keep = PyMem_Calloc((size_t)n, sizeof *r->keep);
+        if (r->views == NULL || r->keep == NULL) {
+            PyMem_Free(r->views);
+            PyMem_Free(r->keep);
+            room_init(r);
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    r->n = n;
+    return 0;
+}
+
+static void
+room_close(arrays_room *r)
+{
+    Py_ssize_t i;
+
+    for (i = 0; i < r->n; i++)
+        Py_XDECREF(r->keep[i]);
+    if (r->views != r->stack_views) {
+        PyMem_Free(r->views);
+        PyMem_Free(r->keep);
+    }
+    room_init(r);
+}
+
 /* submit_tap(callback_id, device_key, arrays) */
 PyObject *
 hcb_py_submit_tap(hcb_state *st, PyObject *args)
 {
     unsigned long long id;
     long long key;
-    PyObject *arrays, *seq, *keep[MAX_ARRAYS] = {NULL};
-    hcb_array views[MAX_ARRAYS];
+    PyObject *arrays, *seq;
+    arrays_room room;
     hcb_record *rec = NULL;
-    Py_ssize_t n, i;
+    Py_ssize_t n = -1;
     hcb_error err;
     int rc = HCB_OK;
 
@@ -51,12 +107,12 @@ hcb_py_submit_tap(hcb_state *st, PyObject *args)
     seq = PySequence_Fast(arrays, "arrays must be a sequence");
     if (seq == NULL)
         return NULL;
-    n = hcb_py_views_of(st, seq, views, keep, MAX_ARRAYS, 0);
-    if (n >= 0)
-        rc = hcb_record_create(id, (hcb_device)key, views, (size_t)n, &rec,
+    if (room_open(&room, seq) == 0)
+        n = hcb_py_views_of(st, seq, room.views, room.keep, room.n, 0);
+    if (n >= 0) /* the record copies the arrays */
+        rc = hcb_record_create(id, (hcb_device)key, room.views, (size_t)n, &rec,
                                &err);
-    for (i = 0; i < PySequence_Fast_GET_SIZE(seq) && i < MAX_ARRAYS; i++)
-        Py_XDECREF(keep[i]);
+    room_close(&room);
     Py_DECREF(seq);
     if (n < 0)
         return NULL;
@@ -75,9 +131,8 @@ hcb_py_run_call(hcb_state *st, PyObject *args)
     unsigned long long id;
     long long key, ndevices;
     PyObject *in, *out, *in_seq = NULL, *out_seq = NULL;
-    PyObject *keep_in[MAX_ARRAYS] = {NULL}, *keep_out[MAX_ARRAYS] = {NULL};
-    hcb_array in_views[MAX_ARRAYS], out_views[MAX_ARRAYS];
-    Py_ssize_t nin = -1, nout = -1, i;
+    arrays_room ins, outs;
+    Py_ssize_t nin = -1, nout = -1;
     PyObject *result = NULL;
     hcb_error err;
     int rc, parked = 0;
@@ -85,18 +140,21 @@ hcb_py_run_call(hcb_state *st, PyObject *args)
     if (!PyArg_ParseTuple(args, "KLOOL:run_call", &id, &key, &in, &out,
                           &ndevices))
         return NULL;
+    room_init(&ins);
+    room_init(&outs);
     in_seq = PySequence_Fast(in, "args must be a sequence");
     out_seq =
         in_seq != NULL ? PySequence_Fast(out, "outs must be a sequence") : NULL;
-    if (out_seq != NULL)
-        nin = hcb_py_views_of(st, in_seq, in_views, keep_in, MAX_ARRAYS, 0);
+    if (out_seq != NULL && room_open(&ins, in_seq) == 0 &&
+        room_open(&outs, out_seq) == 0)
+        nin = hcb_py_views_of(st, in_seq, ins.views, ins.keep, ins.n, 0);
     if (nin >= 0)
-        nout = hcb_py_views_of(st, out_seq, out_views, keep_out, MAX_ARRAYS, 1);
+        nout = hcb_py_views_of(st, out_seq, outs.views, outs.keep, outs.n, 1);
     if (nout >= 0) {
         Py_BEGIN_ALLOW_THREADS rc = hcb_runtime_call_shared(
-            st->rt, id, (hcb_device)key, in_views, (size_t)nin, out_views,
+            st->rt, id, (hcb_device)key, ins.views, (size_t)nin, outs.views,
             (size_t)nout, (int64_t)ndevices, &parked, &err);
-        Py_END_ALLOW_THREADS hcb_py_views_done(out_views, keep_out, nout);
+        Py_END_ALLOW_THREADS hcb_py_views_done(outs.views, outs.keep, nout);
         if (rc == HCB_OK) {
             Py_INCREF(Py_None);
             result = Py_None;
@@ -105,10 +163,8 @@ hcb_py_run_call(hcb_state *st, PyObject *args)
         else
             raise_error(&err);
     }
-    for (i = 0; i < MAX_ARRAYS; i++) {
-        Py_XDECREF(keep_in[i]);
-        Py_XDECREF(keep_out[i]);
-    }
+    room_close(&ins);
+    room_close(&outs);
     Py_XDECREF(in_seq);
     Py_XDECREF(out_seq);
     return result;

@@ -145,7 +145,7 @@ def register_native_call(fn: int, user: int, name: str, /) -> int:
 
 def submit_tap(callback_id: int, device_key: int,
                arrays: Sequence[npt.ArrayLike], /) -> None:
-  """Queues a tap record of ``arrays`` (at most 256) for ``device_key``."""
+  """Queues a tap record of ``arrays`` (any number) for ``device_key``."""
 
 def run_call(callback_id: int, device_key: int,
              args: Sequence[npt.ArrayLike],

@@ -78,7 +78,10 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
                     _holds: Any = registration) -> Sequence[Any]:
     key = int(device_ordinal)  # a CPU device key is its ordinal
     if target == "hcb_tap":
-      _hcb.submit_tap(callback_id, key, arrays[:int(ntapped)])
+      try:
+        _hcb.submit_tap(callback_id, key, arrays[:int(ntapped)])
+      except Exception as exc:  # for barrier_wait, never for one device
+        _runtime.tap_not_queued(what, key, exc)
       return arrays
     outs = tuple(np.zeros(a.shape, a.dtype) for a in out_avals)
     # A failure is parked and raised by every device (hcb_sharded_check

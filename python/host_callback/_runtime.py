@@ -362,15 +362,37 @@ def _on_callback_error(site: Any, exc: BaseException) -> str:
   """Called from C (with the GIL) when a tap or call function raised or a
   call returned a wrong result: logs it, keeps it for barrier_wait and
   returns the formatted traceback (for the message of a failed call)."""
-  formatted = "".join(
-      traceback.format_exception(type(exc), exc, exc.__traceback__))
   if isinstance(site, TapSite):
-    logger.error("exception in tap function %r (postponed to barrier_wait):"
-                 "\n%s", site.func, formatted)
+    header = (f"exception in tap function {site.func!r} (postponed to "
+              "barrier_wait):")
   else:  # a call or a buffer callback
     func = getattr(site, "func", None) or getattr(site, "callback", site)
-    logger.error("error in call function %r (also raised by the computation "
-                 "and by barrier_wait):\n%s", func, formatted)
+    header = (f"error in call function {func!r} (also raised by the "
+              "computation and by barrier_wait):")
+  return _keep_for_barrier(header, exc)
+
+
+def tap_not_queued(what: str, device_key: int, exc: Exception) -> None:
+  """A tap that reached the runtime from Python (jit over sharded operands)
+  and could not be queued: its error is logged and kept for barrier_wait,
+  as a tap function's is.  (Raised in JAX's Python callback, it would fail
+  this device alone and leave the others waiting for it in the program's
+  collectives.)"""
+  device = _device_for_key(device_key)
+  error = RuntimeError(
+      f"{what}: a tap on device {device.platform}:{device.id} was not "
+      f"delivered: it could not be queued ({type(exc).__name__}: {exc})")
+  error.__cause__ = exc
+  _keep_for_barrier(f"{what}: tap not delivered (postponed to barrier_wait):",
+                    error)
+
+
+def _keep_for_barrier(header: str, exc: BaseException) -> str:
+  """Logs ``exc`` under ``header`` and keeps it for barrier_wait; returns
+  its formatted traceback."""
+  formatted = "".join(
+      traceback.format_exception(type(exc), exc, exc.__traceback__))
+  logger.error("%s\n%s", header, formatted)
   with _state.lock:
     _state.last_exception = (exc, formatted)
   return formatted

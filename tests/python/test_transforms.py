@@ -15,6 +15,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import host_callback as hcb
 
+from conftest import run_python
+
 
 class Recorder:
   """A tap function that records (value as lists, transforms, device)."""
@@ -315,6 +317,72 @@ def test_sharded_jit_device_index_out_of_range(rec):
   with pytest.raises(ValueError, match="device_index=4 is out of range: JAX "
                                        "has 4 devices"):
     jax.jit(lambda v: hcb.id_tap(rec, v, device_index=4))(x)
+
+
+def test_sharded_jit_taps_and_calls_take_hundreds_of_arrays():
+  # JAX's Python callback hands the runtime one array per leaf.  It took at
+  # most 256; the device whose tap failed then left the others waiting for
+  # it in the program's collectives (a hang).  The FFI path has no limit.
+  done = run_python("""
+      import jax, numpy as np
+      from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+      import host_callback as hcb
+      mesh = Mesh(np.array(jax.devices()), ("d",))
+      x = jax.device_put(np.arange(4, dtype=np.float32),
+                         NamedSharding(mesh, P("d")))
+      got = []
+      def f(x):
+        leaves = [x.sum() + i for i in range(300)]  # 6, 7, ..., 305
+        hcb.id_tap(lambda v, t: got.append(float(sum(v))), leaves,
+                   device_index=1)
+        doubled = hcb.call(lambda v: [a * 2 for a in v], leaves,
+                           result_shape=leaves)
+        return x + sum(doubled)
+      out = jax.jit(f)(x)
+      hcb.barrier_wait()
+      print(got, np.asarray(out).tolist())
+  """, timeout=120)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.stdout.split("\n")[0] == \
+      "[46650.0] [93300.0, 93301.0, 93302.0, 93303.0]"
+
+
+def test_sharded_jit_tap_that_cannot_be_queued_is_kept_for_barrier_wait():
+  # The runtime refusing a record (say, out of memory), simulated by
+  # replacing the extension's submit_tap: the program finishes on every
+  # device, the error waits for barrier_wait, and taps work again after.
+  done = run_python("""
+      import jax, numpy as np
+      from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+      import host_callback as hcb
+      from host_callback import _hcb
+      mesh = Mesh(np.array(jax.devices()), ("d",))
+      x = jax.device_put(np.arange(4, dtype=np.float32),
+                         NamedSharding(mesh, P("d")))
+      got = []
+      f = jax.jit(lambda v: hcb.id_tap(lambda a, t: got.append(a.tolist()),
+                                       v * 2, device_index=2) + 1)
+      def refuse(*args):
+        raise MemoryError("no room for the record")
+      real, _hcb.submit_tap = _hcb.submit_tap, refuse
+      print(np.asarray(f(x)).tolist())
+      try:
+        hcb.barrier_wait()
+      except hcb.CallbackException as e:
+        print(repr(e.__cause__))
+      _hcb.submit_tap = real
+      f(x)
+      hcb.barrier_wait()
+      print(got)
+  """, timeout=120)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.stdout.split("\n")[:3] == [
+      "[1.0, 3.0, 5.0, 7.0]",
+      "RuntimeError('id_tap: a tap on device cpu:2 was not delivered: it "
+      "could not be queued (MemoryError: no room for the record)')",
+      "[[0.0, 2.0, 4.0, 6.0]]"]
+  assert "id_tap: tap not delivered (postponed to barrier_wait)" in \
+      done.stderr
 
 
 def test_sharded_jit_call_errors_surface(rec):
