@@ -48,7 +48,7 @@ typedef struct hcb__d4_options {
 
 /* The longest text hcb__d4_format writes, NUL included, when precision,
  * min_digits and the pads are at most HCB__D4_MAX_PRECISION. */
-#define HCB__D4_MAX_PRECISION 400
+#define HCB__D4_MAX_PRECISION 400 /* = HCB_PRINT_MAX_PRECISION (hcb.h) */
 #define HCB__D4_BUFSIZE       2048
 
 /* Formats a finite `f` into `buf` (HCB__D4_BUFSIZE bytes) and returns the

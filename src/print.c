@@ -26,6 +26,9 @@
 #include "common.h"
 #include "dragon4.h"
 
+_Static_assert(HCB_PRINT_MAX_PRECISION == HCB__D4_MAX_PRECISION,
+               "the printer's precision bound is dragon4's");
+
 /* ---- growing text buffers -------------------------------------------------
  */
 
@@ -814,10 +817,10 @@ check_options(const hcb_print_options *o, hcb_error *err)
                              "print options have struct_size %zu, expected "
                              "%zu (use HCB_PRINT_OPTIONS_INIT)",
                              o->struct_size, sizeof *o);
-    if (o->precision < 0 || o->precision > HCB__D4_MAX_PRECISION)
+    if (o->precision < 0 || o->precision > HCB_PRINT_MAX_PRECISION)
         return hcb_error_set(err, HCB_EINVAL,
                              "print option precision is %d, expected 0..%d",
-                             (int)o->precision, HCB__D4_MAX_PRECISION);
+                             (int)o->precision, HCB_PRINT_MAX_PRECISION);
     if (o->edgeitems < 0)
         return hcb_error_set(err, HCB_EINVAL,
                              "print option edgeitems is %d, expected >= 0",

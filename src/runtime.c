@@ -79,7 +79,7 @@
 #define CHANNEL_SLOTS 4096 /* power of two; XLA allows 2048 CPU devices */
 #define TARGET_CHUNK  256
 #define TARGET_CHUNKS 4096
-#define NAME_SIZE     64
+#define NAME_SIZE     (HCB_NAME_MAX + 1)
 
 typedef enum { TARGET_TAP = 1, TARGET_CALL = 2 } target_kind;
 

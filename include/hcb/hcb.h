@@ -297,11 +297,15 @@ HCB_API int hcb_runtime_set_max_queue_bytes(hcb_runtime *rt, size_t bytes,
  * record's arrays are then the flattened leaves of the tapped value. */
 typedef int (*hcb_tap_fn)(void *user, hcb_record *rec, hcb_error *err);
 
+/* The most bytes of a target's name the runtime keeps (it keeps the first
+ * HCB_NAME_MAX). */
+#define HCB_NAME_MAX 63
+
 typedef struct hcb_tap_target {
     size_t struct_size;
     hcb_tap_fn fn;    /* required */
     void *user;       /* borrowed; must outlive the runtime */
-    const char *name; /* for messages; copied (truncated to 63 bytes) */
+    const char *name; /* for messages; copied (HCB_NAME_MAX bytes at most) */
     size_t name_len;
 } hcb_tap_target;
 
@@ -336,7 +340,7 @@ typedef struct hcb_call_target {
     size_t struct_size;
     hcb_call_fn fn;   /* required */
     void *user;       /* borrowed; must outlive the runtime */
-    const char *name; /* for messages; copied (truncated to 63 bytes) */
+    const char *name; /* for messages; copied (HCB_NAME_MAX bytes at most) */
     size_t name_len;
 } hcb_call_target;
 
@@ -466,6 +470,9 @@ HCB_API void hcb_runtime_record_error(hcb_runtime *rt, hcb_device device,
 /* ------------------------------------------------------------------------ */
 /* Printing: numpy.array2string and id_print's layout                       */
 
+/* The largest `precision` the printer takes. */
+#define HCB_PRINT_MAX_PRECISION 400
+
 /* How floats are printed (numpy's `floatmode`). */
 typedef enum hcb_floatmode {
     HCB_FLOATMODE_MAXPREC = 0,      /* shortest digits, at most `precision` */
@@ -482,7 +489,8 @@ typedef struct hcb_print_options {
     int64_t threshold; /* summarise arrays of more elements (1000) */
     int32_t edgeitems; /* elements kept at each end when summarised (3) */
     int32_t linewidth; /* characters per line (75) */
-    int32_t precision; /* float digits after the point, 0..400 (8) */
+    int32_t precision; /* float digits after the point,
+                          0..HCB_PRINT_MAX_PRECISION (8) */
     hcb_floatmode floatmode;
     char sign;       /* '-', '+' or ' ' for positive values ('-') */
     int suppress;    /* non-zero: never scientific for small values */

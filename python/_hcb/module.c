@@ -715,6 +715,21 @@ hcb_take_error(PyObject *module, PyObject *unused)
     return Py_BuildValue("(Ks)", (unsigned long long)n, last.message);
 }
 
+/* dtype_name(code) -> numpy's name of XLA element type `code`, or None
+ * for a code that is no array element type (the token, unknown codes) */
+static PyObject *
+hcb_dtype_name_of(PyObject *module, PyObject *arg)
+{
+    long code = PyLong_AsLong(arg);
+
+    (void)module;
+    if (code == -1 && PyErr_Occurred())
+        return NULL;
+    if (code <= 0 || code > INT32_MAX || hcb_dtype_bits((hcb_dtype)code) == 0)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(hcb_dtype_name((hcb_dtype)code));
+}
+
 static PyObject *
 hcb_in_tap(PyObject *module, PyObject *unused)
 {
@@ -792,15 +807,45 @@ static PyMethodDef hcb_methods[] = {
      "stats(device_key=None) -> dict of runtime counters."},
     {"devices", hcb_devices, METH_NOARGS,
      "devices() -> device keys that have a queue."},
+    {"dtype_name", hcb_dtype_name_of, METH_O,
+     "dtype_name(code) -> numpy's name of an XLA element type, or None."},
     {"take_error", hcb_take_error, METH_NOARGS,
      "take_error() -> (count, last message) since the last call."},
     {NULL, NULL, 0, NULL},
+};
+
+/* The C values the Python side needs, under these names in _hcb: the one
+ * place they are written down (include/hcb/hcb.h, XLA's FFI). */
+static const struct {
+    const char *name;
+    long value;
+} int_constants[] = {
+    {"ALL_DEVICES", (long)HCB_ALL_DEVICES},
+    {"NAME_MAX", HCB_NAME_MAX},
+    {"NDTYPES", HCB_PY_NDTYPES},
+    {"PLATFORM_CPU", HCB_PLATFORM_CPU},
+    {"PLATFORM_CUDA", HCB_PLATFORM_CUDA},
+    {"PRINT_ARRAY", HCB_PRINT_ARRAY},
+    {"PRINT_TEXT", HCB_PRINT_TEXT},
+    {"PRINT_TUPLE", HCB_PRINT_TUPLE},
+    {"PRINT_LIST", HCB_PRINT_LIST},
+    {"PRINT_DICT", HCB_PRINT_DICT},
+    {"FLOATMODE_MAXPREC", HCB_FLOATMODE_MAXPREC},
+    {"FLOATMODE_FIXED", HCB_FLOATMODE_FIXED},
+    {"FLOATMODE_UNIQUE", HCB_FLOATMODE_UNIQUE},
+    {"FLOATMODE_MAXPREC_EQUAL", HCB_FLOATMODE_MAXPREC_EQUAL},
+    {"PRINT_MAX_PRECISION", HCB_PRINT_MAX_PRECISION},
+    {"STAGE_INSTANTIATE", XLA_FFI_ExecutionStage_INSTANTIATE},
+    {"STAGE_PREPARE", XLA_FFI_ExecutionStage_PREPARE},
+    {"STAGE_INITIALIZE", XLA_FFI_ExecutionStage_INITIALIZE},
+    {"STAGE_EXECUTE", XLA_FFI_ExecutionStage_EXECUTE},
 };
 
 static int
 hcb_exec(PyObject *module)
 {
     hcb_state *st = state_of(module);
+    size_t i;
 
     if (PyArray_ImportNumPyAPI() < 0)
         return -1;
@@ -836,11 +881,12 @@ hcb_exec(PyObject *module)
     st->kw_device = PyTuple_Pack(1, st->str_device);
     if (st->kw_device == NULL)
         return -1;
-    if (PyModule_AddStringConstant(module, "version", hcb_version_string()) <
-            0 ||
-        PyModule_AddIntConstant(module, "ALL_DEVICES", (long)HCB_ALL_DEVICES) <
-            0)
+    if (PyModule_AddStringConstant(module, "version", hcb_version_string()) < 0)
         return -1;
+    for (i = 0; i < sizeof int_constants / sizeof *int_constants; i++)
+        if (PyModule_AddIntConstant(module, int_constants[i].name,
+                                    int_constants[i].value) < 0)
+            return -1;
     return 0;
 }
 

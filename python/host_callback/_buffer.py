@@ -37,10 +37,10 @@ Buffer = _hcb.Buffer
 class ExecutionStage(enum.IntEnum):
   """The stage of XLA's FFI at which a callback runs."""
 
-  INSTANTIATE = 0
-  PREPARE = 1
-  INITIALIZE = 2
-  EXECUTE = 3
+  INSTANTIATE = _hcb.STAGE_INSTANTIATE
+  PREPARE = _hcb.STAGE_PREPARE
+  INITIALIZE = _hcb.STAGE_INITIALIZE
+  EXECUTE = _hcb.STAGE_EXECUTE
 
 
 class ExecutionContext:

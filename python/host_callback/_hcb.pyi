@@ -36,8 +36,35 @@ _PrintOptions = tuple[int, int, int, int, int, str, bool, str, str]
 
 # The runtime's version, "MAJOR.MINOR.PATCH" (hcb_version_string()).
 version: str
-# The device key that means every device (HCB_ALL_DEVICES).
-ALL_DEVICES: Final = -1
+# The C values the Python side uses (include/hcb/hcb.h, XLA's FFI): the
+# device key that means every device (HCB_ALL_DEVICES), the most bytes of
+# a name the runtime keeps (HCB_NAME_MAX), the size of
+# configure()'s dtype table, a device key's platform, the print kinds and
+# float modes of register_print, the printer's precision bound, and XLA's
+# FFI execution stages.
+ALL_DEVICES: Final[int]
+NAME_MAX: Final[int]
+NDTYPES: Final[int]
+PLATFORM_CPU: Final[int]
+PLATFORM_CUDA: Final[int]
+PRINT_ARRAY: Final[int]
+PRINT_TEXT: Final[int]
+PRINT_TUPLE: Final[int]
+PRINT_LIST: Final[int]
+PRINT_DICT: Final[int]
+FLOATMODE_MAXPREC: Final[int]
+FLOATMODE_FIXED: Final[int]
+FLOATMODE_UNIQUE: Final[int]
+FLOATMODE_MAXPREC_EQUAL: Final[int]
+PRINT_MAX_PRECISION: Final[int]
+STAGE_INSTANTIATE: Final[int]
+STAGE_PREPARE: Final[int]
+STAGE_INITIALIZE: Final[int]
+STAGE_EXECUTE: Final[int]
+
+def dtype_name(code: int, /) -> str | None:
+  """numpy's name of XLA element type ``code`` (``hcb_dtype_name``), or
+  None for a code that is no array element type."""
 
 @final
 class Buffer:

@@ -39,11 +39,15 @@ from host_callback._types import CallbackFlavor
 if TYPE_CHECKING:
   from _typeshed import SupportsWrite
 
-# hcb_print_kind (include/hcb/hcb.h)
-_ARRAY, _TEXT, _TUPLE, _LIST, _DICT = range(5)
-
-_FLOATMODES = {"maxprec": 0, "fixed": 1, "unique": 2, "maxprec_equal": 3}
-_MAX_PRECISION = 400  # HCB__D4_MAX_PRECISION (src/dragon4.h)
+# hcb_print_kind, hcb_floatmode and the precision bound (include/hcb/hcb.h)
+_ARRAY, _TEXT, _TUPLE, _LIST, _DICT = (
+    _hcb.PRINT_ARRAY, _hcb.PRINT_TEXT, _hcb.PRINT_TUPLE, _hcb.PRINT_LIST,
+    _hcb.PRINT_DICT)
+_FLOATMODES = {"maxprec": _hcb.FLOATMODE_MAXPREC,
+               "fixed": _hcb.FLOATMODE_FIXED,
+               "unique": _hcb.FLOATMODE_UNIQUE,
+               "maxprec_equal": _hcb.FLOATMODE_MAXPREC_EQUAL}
+_MAX_PRECISION = _hcb.PRINT_MAX_PRECISION
 
 # The dtypes the C printer prints; numpy prints the others.
 _C_DTYPES = frozenset(np.dtype(t) for t in (

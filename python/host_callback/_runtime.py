@@ -60,7 +60,7 @@ from host_callback._types import CallbackException
 
 logger = logging.getLogger("host_callback")
 
-_PLATFORM_CPU = 0
+_PLATFORM_CPU = _hcb.PLATFORM_CPU
 
 
 class Transforms(tuple):
@@ -163,36 +163,29 @@ def hashable_callable(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def callable_name(func: Callable[..., Any] | NativeTap | NativeCallback
                   ) -> str:
-  """The name messages use for a callback (the runtime keeps 63 bytes: a
-  longer name keeps its end)."""
+  """The name messages use for a callback (the runtime keeps
+  ``_hcb.NAME_MAX`` bytes: a longer name keeps its end)."""
+  most = _hcb.NAME_MAX
   func = func.func if isinstance(func, _CallableKey) else func
   if isinstance(func, (NativeTap, NativeCallback)):
-    return func.name[-63:]
+    return func.name[-most:]
   name = str(getattr(func, "__qualname__", None) or repr(func))
-  return name if len(name) <= 63 else "..." + name[-60:]
+  return name if len(name) <= most else "..." + name[3 - most:]
 
 
 def _dtype_table() -> tuple[Any, ...]:
-  table: list[Any] = [None] * 64
-  named = {
-      1: np.bool_, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64,
-      6: np.uint8, 7: np.uint16, 8: np.uint32, 9: np.uint64,
-      10: np.float16, 11: np.float32, 12: np.float64, 15: np.complex64,
-      16: ml_dtypes.bfloat16, 18: np.complex128,
-      19: ml_dtypes.float8_e5m2, 20: ml_dtypes.float8_e4m3fn,
-      23: ml_dtypes.float8_e4m3b11fnuz, 24: ml_dtypes.float8_e5m2fnuz,
-      25: ml_dtypes.float8_e4m3fnuz,
-  }
-  # Newer types, where this ml_dtypes has them.  The sub-byte ones (S4 21,
-  # U4 22, S2 26, U2 27, F4E2M1FN 32) are packed in XLA's buffers and one
-  # element per byte in numpy: the extension converts (hcb_unpack_elements).
-  for code, name in ((21, "int4"), (22, "uint4"), (26, "int2"), (27, "uint2"),
-                     (28, "float8_e4m3"), (29, "float8_e3m4"),
-                     (32, "float4_e2m1fn"), (33, "float8_e8m0fnu")):
-    if hasattr(ml_dtypes, name):
-      named[code] = getattr(ml_dtypes, name)
-  for code, dtype in named.items():
-    table[code] = np.dtype(dtype)
+  """The numpy dtype of each XLA element type code (None where numpy, or
+  this ml_dtypes, has none), as ``_hcb.configure`` takes it.  The codes and
+  names are the runtime's (``hcb_dtype_name``).  The sub-byte types (int2,
+  uint2, int4, uint4, float4_e2m1fn) are packed in XLA's buffers and one
+  element per byte in numpy: the extension converts them."""
+  table: list[Any] = [None] * _hcb.NDTYPES
+  for code in range(_hcb.NDTYPES):
+    name = _hcb.dtype_name(code)
+    dtype = None if name is None else (
+        getattr(np, name, None) or getattr(ml_dtypes, name, None))
+    if dtype is not None:
+      table[code] = np.dtype(dtype)
   return tuple(table)
 
 

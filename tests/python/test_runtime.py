@@ -5,10 +5,12 @@ stop/restart, fast dispatch."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 from jax import lax
@@ -254,3 +256,39 @@ def test_stats_per_device(collect):
               "producer_waits", "producer_wait_ns", "errors"):
     assert key in s and key in dev
   assert dev["records_out"] >= 1 and dev["bytes_out"] >= 40
+
+
+def test_dtype_codes_and_execution_stages_are_xla_s():
+  # The runtime defines both (include/hcb/hcb.h, XLA's FFI header) and the
+  # Python side takes them from _hcb; here they are checked against JAX's
+  # own view of XLA, so that a wrong code fails here and not as a tap of
+  # one dtype arriving as another.
+  from jax._src.lib import xla_client
+  from jax.experimental import buffer_callback
+
+  from host_callback import _runtime
+
+  def xla_name(name: str) -> str:  # numpy's name -> XLA's PrimitiveType
+    special = {"bool": "PRED", "bfloat16": "BF16"}
+    if name in special:
+      return special[name]
+    kind, bits, rest = re.fullmatch(r"(u?int|float|complex)(\d+)_?(\w*)",
+                                    name).groups()
+    return {"int": "S", "uint": "U", "float": "F", "complex": "C"}[kind] + \
+        bits + rest.upper()
+
+  named = {code: dtype for code, dtype in enumerate(_runtime._dtype_table())
+           if dtype is not None}
+  assert {np.dtype(np.int8), np.dtype(np.complex128), np.dtype(ml_dtypes.int4),
+          np.dtype(ml_dtypes.bfloat16)} <= set(named.values())
+  checked = 0
+  for code, dtype in named.items():
+    try:
+      xla = xla_client.PrimitiveType(code).name
+    except ValueError:  # a type newer than this jaxlib's enum (int2 in 0.10)
+      continue
+    assert xla == xla_name(dtype.name), (code, dtype)
+    checked += 1
+  assert checked >= 20, checked
+  assert {s.name: int(s) for s in hcb.ExecutionStage} == {
+      s.name: int(s.value) for s in buffer_callback.ExecutionStage}
