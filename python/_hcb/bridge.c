@@ -233,6 +233,29 @@ hcb_py_device_of(hcb_state *st, hcb_device key)
 }
 
 PyObject *
+hcb_py_raise(const hcb_error *err)
+{
+    PyObject *type;
+
+    switch (err->code) {
+    case HCB_EINVAL:
+        type = PyExc_ValueError;
+        break;
+    case HCB_ENOMEM:
+        type = PyExc_MemoryError;
+        break;
+    case HCB_EUNIMPL:
+        type = PyExc_TypeError;
+        break;
+    default:
+        type = PyExc_RuntimeError;
+        break;
+    }
+    PyErr_SetString(type, err->message);
+    return NULL;
+}
+
+PyObject *
 hcb_py_fetch_exception(void)
 {
 #if PY_VERSION_HEX >= 0x030C0000

@@ -456,10 +456,8 @@ argument_of(hcb_py_call_target *t, hcb_device device, const hcb_array *args,
     if (nargs == 0) {
         arrays = PyTuple_New(0);
     } else {
-        if (hcb_record_create(0, device, args, nargs, &rec, &e) != HCB_OK) {
-            PyErr_SetString(PyExc_MemoryError, e.message);
-            return NULL;
-        }
+        if (hcb_record_create(0, device, args, nargs, &rec, &e) != HCB_OK)
+            return hcb_py_raise(&e);
         arrays = hcb_py_arrays_of(t->base.state, rec);
         hcb_record_release(rec);
     }

@@ -136,6 +136,11 @@ PyObject *hcb_py_arrays_of(hcb_state *st, hcb_record *rec);
 PyObject *hcb_py_device_of(hcb_state *st, hcb_device key);
 /* Takes the pending exception (normalised, with its traceback). */
 PyObject *hcb_py_fetch_exception(void);
+/* Raises `err` as the extension's exception for its code -- the one mapping
+ * from hcb error codes to Python: HCB_EINVAL ValueError, HCB_ENOMEM
+ * MemoryError, HCB_EUNIMPL TypeError (a dtype or value the library does
+ * not handle), any other RuntimeError -- and returns NULL. */
+PyObject *hcb_py_raise(const hcb_error *err);
 /* Hands `exc` (stolen; NULL is ignored) to the Python error hook, which logs
  * it, keeps it for barrier_wait and returns its formatted traceback (new
  * reference, or NULL).  No exception stays pending. */

@@ -23,17 +23,6 @@ state_of(PyObject *module)
     return (hcb_state *)PyModule_GetState(module);
 }
 
-static PyObject *
-raise_hcb(const hcb_error *err)
-{
-    PyObject *type = err->code == HCB_EINVAL   ? PyExc_ValueError
-                     : err->code == HCB_ENOMEM ? PyExc_MemoryError
-                                               : PyExc_RuntimeError;
-
-    PyErr_SetString(type, err->message);
-    return NULL;
-}
-
 /* configure(dtypes, device_lookup, on_error, tree_flatten, warn) */
 static PyObject *
 hcb_configure(PyObject *module, PyObject *args)
@@ -116,7 +105,7 @@ target_registered(hcb_py_target *t, int rc, uint64_t id, const hcb_error *err)
 
     if (rc != HCB_OK) {
         target_free(t);
-        return raise_hcb(err);
+        return hcb_py_raise(err);
     }
     /* Registered: the runtime holds its address from now on, so it is never
      * freed; if it cannot enter the tables it is merely never released. */
@@ -399,7 +388,7 @@ register_native(PyObject *module, PyObject *args, bool is_call)
         rc = hcb_runtime_register_tap(state_of(module)->rt, &target, &id, &err);
     }
     if (rc != HCB_OK)
-        return raise_hcb(&err);
+        return hcb_py_raise(&err);
     return PyLong_FromUnsignedLongLong(id);
 }
 
@@ -564,7 +553,7 @@ hcb_barrier(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                                   barrier_check_signals, &save, &err);
     PyEval_RestoreThread(save);
     if (rc != HCB_OK)
-        return PyErr_Occurred() ? NULL : raise_hcb(&err);
+        return PyErr_Occurred() ? NULL : hcb_py_raise(&err);
     Py_RETURN_NONE;
 }
 
@@ -577,7 +566,7 @@ hcb_stop(PyObject *module, PyObject *unused)
 
     (void)unused;
     Py_BEGIN_ALLOW_THREADS rc = hcb_runtime_stop(st->rt, &err);
-    Py_END_ALLOW_THREADS if (rc != HCB_OK) return raise_hcb(&err);
+    Py_END_ALLOW_THREADS if (rc != HCB_OK) return hcb_py_raise(&err);
     Py_RETURN_NONE;
 }
 
@@ -607,7 +596,7 @@ hcb_set_max_queue_bytes(PyObject *module, PyObject *arg)
         return NULL;
     if (hcb_runtime_set_max_queue_bytes(state_of(module)->rt, (size_t)n,
                                         &err) != HCB_OK)
-        return raise_hcb(&err);
+        return hcb_py_raise(&err);
     Py_RETURN_NONE;
 }
 
@@ -653,7 +642,7 @@ hcb_stats_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (parse_device(nargs > 0 ? args[0] : NULL, &dev) < 0)
         return NULL;
     if (hcb_runtime_stats(state_of(module)->rt, dev, &s, &err) != HCB_OK)
-        return raise_hcb(&err);
+        return hcb_py_raise(&err);
     d = PyDict_New();
     if (d == NULL)
         return NULL;

@@ -434,16 +434,6 @@ hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
 /* ---- module functions ------------------------------------------------------
  */
 
-static PyObject *
-raise_error(const hcb_error *err)
-{
-    PyErr_SetString(err->code == HCB_EINVAL    ? PyExc_ValueError
-                    : err->code == HCB_EUNIMPL ? PyExc_TypeError
-                                               : PyExc_RuntimeError,
-                    err->message);
-    return NULL;
-}
-
 PyObject *
 hcb_py_format_value(hcb_state *st, PyObject *args)
 {
@@ -482,7 +472,7 @@ hcb_py_format_value(hcb_state *st, PyObject *args)
                      &text, &len, &err);
     Py_END_ALLOW_THREADS;
     if (rc != HCB_OK)
-        raise_error(&err);
+        hcb_py_raise(&err);
     else
         result = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
 done:

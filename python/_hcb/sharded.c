@@ -26,13 +26,6 @@ _Static_assert(sizeof(npy_intp) == sizeof(int64_t),
 
 #define STACK_ARRAYS 16
 
-static PyObject *
-raise_error(const hcb_error *err)
-{
-    PyErr_SetString(PyExc_RuntimeError, err->message);
-    return NULL;
-}
-
 /* The views of a sequence's arrays and the objects that keep them alive:
  * on the stack for up to STACK_ARRAYS arrays, else on the heap (a tap or a
  * call takes as many arrays as the program gives it, as the FFI handlers
@@ -117,9 +110,9 @@ hcb_py_submit_tap(hcb_state *st, PyObject *args)
     if (n < 0)
         return NULL;
     if (rc != HCB_OK)
-        return raise_error(&err);
+        return hcb_py_raise(&err);
     Py_BEGIN_ALLOW_THREADS rc = hcb_runtime_submit(st->rt, rec, &err);
-    Py_END_ALLOW_THREADS if (rc != HCB_OK) return raise_error(&err);
+    Py_END_ALLOW_THREADS if (rc != HCB_OK) return hcb_py_raise(&err);
     Py_RETURN_NONE;
 }
 
@@ -161,7 +154,7 @@ hcb_py_run_call(hcb_state *st, PyObject *args)
         } else if (parked)
             result = PyUnicode_FromString(err.message);
         else
-            raise_error(&err);
+            hcb_py_raise(&err);
     }
     room_close(&ins);
     room_close(&outs);

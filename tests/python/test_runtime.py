@@ -292,3 +292,21 @@ def test_dtype_codes_and_execution_stages_are_xla_s():
   assert checked >= 20, checked
   assert {s.name: int(s) for s in hcb.ExecutionStage} == {
       s.name: int(s.value) for s in buffer_callback.ExecutionStage}
+
+
+def test_runtime_errors_raise_one_python_type_per_code():
+  # The extension maps the runtime's error codes to Python in one place
+  # (hcb_py_raise): a value it does not handle is a TypeError, a bad
+  # argument a ValueError, each with the runtime's message.
+  from host_callback import _hcb
+
+  node = [(_hcb.PRINT_ARRAY, 0, None, None)]
+  options = (1000, 3, 75, 8, _hcb.FLOATMODE_MAXPREC, "-", False, "nan", "inf")
+  with pytest.raises(TypeError, match=r"cannot print dtype float8_e4m3fn"):
+    _hcb.format_value(node, [np.zeros(2, ml_dtypes.float8_e4m3fn)], options)
+  too_precise = options[:3] + (_hcb.PRINT_MAX_PRECISION + 1,) + options[4:]
+  with pytest.raises(ValueError, match=r"print option precision is 401, "
+                                       r"expected 0\.\.400"):
+    _hcb.format_value(node, [np.zeros(2, np.float32)], too_precise)
+  assert _hcb.format_value(node, [np.zeros(2, np.float32)], options) == \
+      "[0. 0.]"
