@@ -4,6 +4,8 @@ devices."""
 
 from __future__ import annotations
 
+import subprocess
+import textwrap
 import threading
 
 import jax
@@ -319,17 +321,26 @@ def test_sharded_jit_device_index_out_of_range(rec):
     jax.jit(lambda v: hcb.id_tap(rec, v, device_index=4))(x)
 
 
-def test_sharded_jit_taps_and_calls_take_hundreds_of_arrays():
-  # JAX's Python callback hands the runtime one array per leaf.  It took at
-  # most 256; the device whose tap failed then left the others waiting for
-  # it in the program's collectives (a hang).  The FFI path has no limit.
-  done = run_python("""
+def _run_on_sharded_x(body: str) -> subprocess.CompletedProcess[str]:
+  """Runs ``body`` in a fresh process after a start that shards
+  x = [0, 1, 2, 3] over every device (names jax, np, hcb, mesh, x)."""
+  start = """
       import jax, numpy as np
       from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
       import host_callback as hcb
       mesh = Mesh(np.array(jax.devices()), ("d",))
       x = jax.device_put(np.arange(4, dtype=np.float32),
                          NamedSharding(mesh, P("d")))
+  """
+  return run_python(textwrap.dedent(start) + textwrap.dedent(body),
+                    timeout=120)
+
+
+def test_sharded_jit_taps_and_calls_take_hundreds_of_arrays():
+  # JAX's Python callback hands the runtime one array per leaf.  It took at
+  # most 256; the device whose tap failed then left the others waiting for
+  # it in the program's collectives (a hang).  The FFI path has no limit.
+  done = _run_on_sharded_x("""
       got = []
       def f(x):
         leaves = [x.sum() + i for i in range(300)]  # 6, 7, ..., 305
@@ -341,7 +352,7 @@ def test_sharded_jit_taps_and_calls_take_hundreds_of_arrays():
       out = jax.jit(f)(x)
       hcb.barrier_wait()
       print(got, np.asarray(out).tolist())
-  """, timeout=120)
+  """)
   assert done.returncode == 0, done.stderr[-3000:]
   assert done.stdout.split("\n")[0] == \
       "[46650.0] [93300.0, 93301.0, 93302.0, 93303.0]"
@@ -351,14 +362,8 @@ def test_sharded_jit_tap_that_cannot_be_queued_is_kept_for_barrier_wait():
   # The runtime refusing a record (say, out of memory), simulated by
   # replacing the extension's submit_tap: the program finishes on every
   # device, the error waits for barrier_wait, and taps work again after.
-  done = run_python("""
-      import jax, numpy as np
-      from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-      import host_callback as hcb
+  done = _run_on_sharded_x("""
       from host_callback import _hcb
-      mesh = Mesh(np.array(jax.devices()), ("d",))
-      x = jax.device_put(np.arange(4, dtype=np.float32),
-                         NamedSharding(mesh, P("d")))
       got = []
       f = jax.jit(lambda v: hcb.id_tap(lambda a, t: got.append(a.tolist()),
                                        v * 2, device_index=2) + 1)
@@ -374,7 +379,7 @@ def test_sharded_jit_tap_that_cannot_be_queued_is_kept_for_barrier_wait():
       f(x)
       hcb.barrier_wait()
       print(got)
-  """, timeout=120)
+  """)
   assert done.returncode == 0, done.stderr[-3000:]
   assert done.stdout.split("\n")[:3] == [
       "[1.0, 3.0, 5.0, 7.0]",
