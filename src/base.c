@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "record.h"
 
 #define HCB__STR2(x) #x
 #define HCB__STR(x)  HCB__STR2(x)
@@ -99,6 +100,7 @@ static hcb_allocator allocator = {sizeof(hcb_allocator), default_alloc,
 void
 hcb_set_allocator(const hcb_allocator *a)
 {
+    hcb__record_drain(); /* blocks go back to the hook they came from */
     if (a == NULL || a->alloc == NULL || a->free == NULL) {
         allocator.alloc = default_alloc;
         allocator.free = default_free;
@@ -114,12 +116,6 @@ void *
 hcb__malloc(size_t size)
 {
     return allocator.alloc(allocator.user, size == 0 ? 1 : size);
-}
-
-bool
-hcb__default_allocator(void)
-{
-    return allocator.alloc == default_alloc;
 }
 
 void *

@@ -19,9 +19,6 @@
 void *hcb__malloc(size_t size);
 void *hcb__calloc(size_t n, size_t size);
 void hcb__free(void *ptr);
-/* True while no hook is set: then malloc and free are the allocator, and
- * libhcb may keep freed memory for reuse (record.c). */
-bool hcb__default_allocator(void);
 
 /* Thin pthread wrappers.  A failure of lock/unlock/wait/signal means a
  * corrupted object or a bug, so they abort with a message instead of

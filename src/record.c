@@ -27,8 +27,10 @@
  *     mutex, each reused for a record of between half and all its size.
  *
  * Both are bounded (ARENA_KEEP free arenas, LARGE_SLOTS blocks of at most
- * LARGE_MAX_BYTES in all) and used only with the default allocator: a hook
- * set with hcb_set_allocator sees every allocation.  A small record that
+ * LARGE_MAX_BYTES in all) and take their blocks from the allocation hook
+ * (hcb__malloc), like every other allocation; hcb_set_allocator gives the
+ * kept blocks back to the old hook before it changes (hcb__record_drain).
+ * A small record that
  * is kept (hcb_record_retain) keeps its whole arena; Python copies small
  * records' arrays out for that reason (python/_hcb/bridge.c).
  *
@@ -53,6 +55,7 @@ typedef struct arena {
      * current one of its thread; after that, the records still live. */
     atomic_size_t live;
     struct arena *next; /* on the free list */
+    void *block;        /* what hcb__malloc returned: the arena is in it */
     _Alignas(64) char data[];
 } arena;
 
@@ -65,23 +68,24 @@ static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
 static bool arena_key_ok;
 
 static struct {
-    pthread_mutex_t mu;
+    hcb__mutex mu;
     arena *head;
     size_t count;
-} arena_free = {PTHREAD_MUTEX_INITIALIZER, NULL, 0};
+} arena_free = {{PTHREAD_MUTEX_INITIALIZER}, NULL, 0};
 
 static void
 arena_recycle(arena *a)
 {
-    pthread_mutex_lock(&arena_free.mu);
+    hcb__mutex_lock(&arena_free.mu);
     if (arena_free.count < ARENA_KEEP) {
         a->next = arena_free.head;
         arena_free.head = a;
         arena_free.count++;
         a = NULL;
     }
-    pthread_mutex_unlock(&arena_free.mu);
-    free(a);
+    hcb__mutex_unlock(&arena_free.mu);
+    if (a != NULL)
+        hcb__free(a->block);
 }
 
 /* Drops `n` from the arena's count; the one that reaches 0 recycles it.
@@ -135,16 +139,22 @@ arena_open(void)
             return false;
     }
     arena_close();
-    pthread_mutex_lock(&arena_free.mu);
+    hcb__mutex_lock(&arena_free.mu);
     a = arena_free.head;
     if (a != NULL) {
         arena_free.head = a->next;
         arena_free.count--;
     }
-    pthread_mutex_unlock(&arena_free.mu);
-    if (a == NULL &&
-        (a = aligned_alloc(_Alignof(arena), sizeof *a + ARENA_BYTES)) == NULL)
-        return false;
+    hcb__mutex_unlock(&arena_free.mu);
+    if (a == NULL) {
+        void *block = hcb__malloc(sizeof *a + ARENA_BYTES + _Alignof(arena));
+
+        if (block == NULL)
+            return false;
+        a = (arena *)(((uintptr_t)block + _Alignof(arena) - 1) &
+                      ~(uintptr_t)(_Alignof(arena) - 1));
+        a->block = block;
+    }
     atomic_init(&a->live, ARENA_OPEN);
     arena_current = a;
     arena_used = 0;
@@ -168,12 +178,12 @@ arena_take(size_t size)
 }
 
 static struct {
-    pthread_mutex_t mu;
+    hcb__mutex mu;
     void *block[LARGE_SLOTS];
     size_t capacity[LARGE_SLOTS];
     size_t bytes;
     int victim; /* the slot to give up next when all are taken */
-} large = {PTHREAD_MUTEX_INITIALIZER, {NULL}, {0}, 0, 0};
+} large = {{PTHREAD_MUTEX_INITIALIZER}, {NULL}, {0}, 0, 0};
 
 static void *
 large_take(size_t size, size_t *capacity)
@@ -181,7 +191,7 @@ large_take(size_t size, size_t *capacity)
     void *p = NULL;
     int i, best = -1;
 
-    pthread_mutex_lock(&large.mu);
+    hcb__mutex_lock(&large.mu);
     for (i = 0; i < LARGE_SLOTS; i++)
         if (large.block[i] != NULL && large.capacity[i] >= size &&
             large.capacity[i] / 2 <= size &&
@@ -193,7 +203,7 @@ large_take(size_t size, size_t *capacity)
         large.block[best] = NULL;
         large.bytes -= *capacity;
     }
-    pthread_mutex_unlock(&large.mu);
+    hcb__mutex_unlock(&large.mu);
     return p;
 }
 
@@ -206,7 +216,7 @@ large_keep(void *p, size_t capacity)
     bool kept = false;
     int i, slot = -1;
 
-    pthread_mutex_lock(&large.mu);
+    hcb__mutex_lock(&large.mu);
     for (i = 0; i < LARGE_SLOTS && slot < 0; i++)
         if (large.block[i] == NULL)
             slot = i;
@@ -223,30 +233,54 @@ large_keep(void *p, size_t capacity)
         large.bytes += capacity;
         kept = true;
     }
-    pthread_mutex_unlock(&large.mu);
-    free(evicted);
+    hcb__mutex_unlock(&large.mu);
+    hcb__free(evicted);
     return kept;
+}
+
+void
+hcb__record_drain(void)
+{
+    arena *a, *next;
+    int i;
+
+    hcb__mutex_lock(&arena_free.mu);
+    a = arena_free.head;
+    arena_free.head = NULL;
+    arena_free.count = 0;
+    hcb__mutex_unlock(&arena_free.mu);
+    for (; a != NULL; a = next) {
+        next = a->next;
+        hcb__free(a->block);
+    }
+    hcb__mutex_lock(&large.mu);
+    for (i = 0; i < LARGE_SLOTS; i++) {
+        hcb__free(large.block[i]);
+        large.block[i] = NULL;
+    }
+    large.bytes = 0;
+    hcb__mutex_unlock(&large.mu);
 }
 
 void
 hcb__record_fork_prepare(void)
 {
-    pthread_mutex_lock(&arena_free.mu);
-    pthread_mutex_lock(&large.mu);
+    hcb__mutex_lock(&arena_free.mu);
+    hcb__mutex_lock(&large.mu);
 }
 
 void
 hcb__record_fork_parent(void)
 {
-    pthread_mutex_unlock(&large.mu);
-    pthread_mutex_unlock(&arena_free.mu);
+    hcb__mutex_unlock(&large.mu);
+    hcb__mutex_unlock(&arena_free.mu);
 }
 
 void
 hcb__record_fork_child(void)
 {
-    pthread_mutex_unlock(&large.mu);
-    pthread_mutex_unlock(&arena_free.mu);
+    hcb__mutex_unlock(&large.mu);
+    hcb__mutex_unlock(&arena_free.mu);
 }
 
 /* Memory for a record of `size` bytes, with its pool and capacity. */
@@ -257,20 +291,18 @@ record_alloc(size_t size)
     size_t capacity = size;
     int pool = POOL_NONE;
 
-    if (hcb__default_allocator()) {
-        if (size <= ARENA_RECORD_MAX) {
-            pool = POOL_ARENA;
-            rec = arena_take(size);
-            if (rec != NULL)
-                rec->arena = arena_current;
-            else
-                pool = POOL_NONE; /* from hcb__malloc below */
-        } else if (size >= LARGE_MIN) {
-            pool = POOL_LARGE;
-            rec = large_take(size, &capacity);
-            if (rec == NULL)
-                rec = malloc(size);
-        }
+    if (size <= ARENA_RECORD_MAX) {
+        pool = POOL_ARENA;
+        rec = arena_take(size);
+        if (rec != NULL)
+            rec->arena = arena_current;
+        else
+            pool = POOL_NONE; /* from hcb__malloc below */
+    } else if (size >= LARGE_MIN) {
+        pool = POOL_LARGE;
+        rec = large_take(size, &capacity);
+        if (rec == NULL)
+            rec = hcb__malloc(size);
     }
     if (pool == POOL_NONE)
         rec = hcb__malloc(size);
@@ -284,15 +316,13 @@ record_alloc(size_t size)
 static void
 record_free(hcb_record *rec)
 {
-    bool pools = hcb__default_allocator();
-
     switch (rec->pool) {
     case POOL_ARENA:
         arena_release(rec->arena, 1);
         return;
     case POOL_LARGE:
-        if (!pools || !large_keep(rec, rec->capacity))
-            free(rec);
+        if (!large_keep(rec, rec->capacity))
+            hcb__free(rec);
         return;
     default:
         hcb__free(rec);
@@ -349,7 +379,7 @@ check_view(const hcb_array *a, size_t i, hcb_error *err)
 }
 
 int
-hcb_record_create(uint64_t callback_id, hcb_device device,
+hcb__record_alloc(uint64_t callback_id, hcb_device device,
                   const hcb_array *args, size_t nargs, hcb_record **out,
                   hcb_error *err)
 {
@@ -403,11 +433,26 @@ hcb_record_create(uint64_t callback_id, hcb_device device,
         a->dims = a->rank > 0 ? dims : NULL;
         dims += a->rank;
         a->data = payload;
-        if (a->nbytes > 0)
-            memcpy(payload, args[i].data, a->nbytes);
         payload += align_up(a->nbytes);
     }
     *out = rec;
+    return HCB_OK;
+}
+
+int
+hcb_record_create(uint64_t callback_id, hcb_device device,
+                  const hcb_array *args, size_t nargs, hcb_record **out,
+                  hcb_error *err)
+{
+    size_t i;
+    int rc;
+
+    if ((rc = hcb__record_alloc(callback_id, device, args, nargs, out, err)) !=
+        HCB_OK)
+        return rc;
+    for (i = 0; i < nargs; i++)
+        if (args[i].nbytes > 0)
+            memcpy((*out)->args[i].data, args[i].data, args[i].nbytes);
     return HCB_OK;
 }
 

@@ -1,77 +1,190 @@
 /*
- * runtime.h - internal interface between the runtime and the FFI handlers.
+ * runtime.h - the runtime's state and the interface between its files.
+ * Not installed: users see hcb_runtime as opaque (hcb.h).
+ *
+ * A runtime (struct hcb_runtime) holds all of its state: one channel per
+ * device (channels.c: a bounded queue, queue.c, and a consumer thread), the
+ * registry of tap and call targets (registry.c), the recorded errors and
+ * the failures parked for sharded calls (runtime.c, calls.c).  XLA calls
+ * the handlers with no context of ours, so they use the default runtime
+ * (hcb_runtime_default); tests make their own.
+ *
+ * Threads.  One consumer thread per channel, named "hcb-cpu-N", started by
+ * the first submit for that device and after every stop.  Producers are
+ * any threads.  Barrier and stop callers are any threads except consumers
+ * of the runtime (which get HCB_EDEADLK: they would wait for themselves).
+ *
+ * Locks, in the order they may be taken (every mutex of libhcb and of the
+ * extension is here):
+ *   0. runtimes_mu         (runtime.c) the list of runtimes, for fork;
+ *                          taken alone, or before 5 and 6 at fork
+ *   1. channel->lifecycle  starting and joining that channel's thread
+ *   2. rt->mu              channel table inserts, target registry appends,
+ *                          the queue bound, the log sink
+ *   3. queue->mu           (queue.c) the FIFO
+ *   4. rt->err_mu          the recorded errors (a leaf)
+ *   5. arena_free.mu       (record.c) the free arenas (a leaf)
+ *   6. large.mu            (record.c) the kept large blocks (a leaf)
+ * The extension's own (python/_hcb) are listed in hcbpy.h; none is held
+ * while it calls into libhcb.
+ * Lookups of channels and targets take no lock: both tables are append-only
+ * and entries are published with release stores.  No lock is held while a
+ * tap function, a call function, the log sink, a barrier's check or the
+ * queue's stall callback (hcb__channel_stalled) runs.
+ *
+ * Process-wide state (everything else lives in a runtime):
+ *   - the allocation hook (base.c): every allocation site reaches it
+ *     without a context;
+ *   - the default runtime (runtime.c): the handlers' runtime;
+ *   - the list of runtimes and the fork handlers (runtime.c);
+ *   - the record pools (record.c): free arenas and large blocks, and each
+ *     thread's current arena (thread-local);
+ *   - hcb__consumer (channels.c, thread-local): the channel whose consumer
+ *     this thread is.
+ *
+ * Ordering.  Records of one device are consumed one at a time in submit
+ * order; a call first waits for the taps its device issued before it.
+ * Devices are independent: records of different devices may interleave in
+ * any way.
+ *
+ * Shutdown.  hcb_runtime_stop closes each queue; its consumer drains what
+ * is queued, then exits; stop joins it under the channel's lifecycle lock.
+ * A submit that races with the stop pushes into the queue, sees no active
+ * consumer and starts a new one after the stop released the lifecycle lock,
+ * so no record is left behind.  Nothing is cancelled.
+ *
+ * Fork.  A pthread_atfork child handler resets every runtime in the child:
+ * its locks are made new (a thread the child does not have may have held
+ * them), every channel is marked without a consumer and its queue emptied,
+ * errors and stats start at zero.  The child's first submit starts its own
+ * consumers.  Records pending at the fork are the parent's: the parent
+ * delivers them, the child never does (they are not freed in the child
+ * either: the batch in delivery is not reachable).  The targets stay:
+ * compiled programs carry their ids.  The prepare handler takes only
+ * `runtimes_mu` and the record pools' locks (held for a few instructions),
+ * never a runtime's lock: a stop may hold a lifecycle lock for as long as a
+ * tap function runs.  Forking from inside a tap function is not supported
+ * (the child's thread would be a consumer).
+ *
+ * Stalls.  A producer that has waited STALL_WARN_NS for room in its queue
+ * calls hcb__channel_stalled (no lock held), which logs the likely cause,
+ * naming the tap function running now (`delivering`): a tap function that
+ * runs a computation on its own device while that device waits for room.
+ * At most once a minute per device; the producer goes on waiting.
+ *
+ * Barriers that must react while they wait (Python's Ctrl-C) use
+ * hcb_runtime_barrier_poll: the wait wakes every poll interval and calls
+ * the caller's check, with no lock held.
  */
 #ifndef HCB_RUNTIME_H
 #define HCB_RUNTIME_H
 
-#include "hcb/ffi.h"
-
-/* The body of hcb_ffi_tap, on an explicit runtime (tests use their own). */
-XLA_FFI_Error *hcb__ffi_tap_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame);
-/* The body of hcb_ffi_call, likewise. */
-XLA_FFI_Error *hcb__ffi_call_execute(hcb_runtime *rt, XLA_FFI_CallFrame *frame);
-
-/* The device ordinal of the call: the only CPU device's when the runtime
- * knows there is one (hcb_runtime_set_only_cpu_device), else XLA's. */
-int hcb__ffi_ordinal(hcb_runtime *rt, const XLA_FFI_CallFrame *frame,
-                     int32_t *ordinal, hcb_error *err);
-
-/* Whether the frame's last operand and last result are tokens.  The
- * lowering gives every ordered callback (taps, prints, calls) a token
- * operand and a token result: a chain of them keeps XLA from reordering
- * the callbacks of one program (python/host_callback/_order.py).  They
- * carry no data; handlers skip them. */
-static inline int64_t
-hcb__ffi_order_tokens(const XLA_FFI_CallFrame *frame)
-{
-    int64_t na = frame->args.size, nr = frame->rets.size;
-
-    return na > 0 && nr > 0 &&
-           frame->args.types[na - 1] == XLA_FFI_ArgType_BUFFER &&
-           frame->rets.types[nr - 1] == XLA_FFI_RetType_BUFFER &&
-           ((const XLA_FFI_Buffer *)frame->args.args[na - 1])->dtype ==
-               XLA_FFI_DataType_TOKEN &&
-           ((const XLA_FFI_Buffer *)frame->rets.rets[nr - 1])->dtype ==
-               XLA_FFI_DataType_TOKEN;
-}
-
-/* Makes sure each result holds its operand, for handlers whose results
- * alias their operands (the first min(args, rets), order tokens aside).  XLA
- * honours the aliasing the lowering requests, so this is normally a pointer
- * comparison; a copy is made only if a runtime ever hands us distinct
- * buffers. */
-XLA_FFI_Error *hcb__ffi_forward_operands(XLA_FFI_CallFrame *frame,
-                                         const char *handler);
+#include "queue.h"
 
 /* Calls under jit over sharded operands run on one device, and every
  * device continues into the collectives that spread the result: a failure
  * raised on that one device alone would leave the others waiting forever.
  * Instead the failure is parked here and raised by every device, after the
- * collective, by the "hcb_sharded_check" handler (ffi_device.c). */
+ * collective, by the "hcb_sharded_check" handler (handlers.c). */
 #define HCB__SHARDED_SLOTS 32
+
+#define CHANNEL_SLOTS 4096 /* power of two; XLA allows 2048 CPU devices */
+#define TARGET_CHUNK  256
+#define TARGET_CHUNKS 4096
+#define NAME_SIZE     (HCB_NAME_MAX + 1)
+/* A producer that has waited this long for room in its queue warns (once a
+ * minute per device at most): see hcb__channel_stalled. */
+#define STALL_WARN_NS       ((uint64_t)2000000000u)
+#define STALL_WARN_EVERY_NS ((uint64_t)60000000000u)
+
+typedef enum { TARGET_TAP = 1, TARGET_CALL = 2 } target_kind;
+
+typedef struct target {
+    target_kind kind;
+    hcb_tap_fn tap;   /* TARGET_TAP */
+    hcb_call_fn call; /* TARGET_CALL */
+    void *user;
+    char name[NAME_SIZE];
+} target;
+
+typedef struct channel {
+    /* Read on every submit, written rarely. */
+    hcb_runtime *rt;
+    hcb_device device;
+    atomic_bool running; /* written under lifecycle */
+    /* Keeps them off the cache lines of the queue, which the producers and
+     * the consumer write for every record. */
+    char pad[64];
+    hcb__queue queue;
+    hcb__mutex lifecycle;
+    pthread_t thread; /* valid while running */
+    atomic_uint_fast64_t errors;
+    /* The target whose tap function the consumer runs now, or NULL; for
+     * the stall warning. */
+    _Atomic(const target *) delivering;
+    _Atomic uint64_t stall_warned_ns; /* when it last warned; 0: never */
+} channel;
+
+struct hcb_runtime {
+    hcb_runtime *next_runtime; /* the list of runtimes, under runtimes_mu */
+    hcb__mutex mu;
+    size_t max_queue_bytes; /* under mu */
+    size_t nchannels;       /* under mu */
+    _Atomic(channel *) slots[CHANNEL_SLOTS];
+    _Atomic(target *) chunks[TARGET_CHUNKS];
+    atomic_uint_fast64_t ntargets;
+    /* The ordinal of the process's only CPU device, or -1: several, or not
+     * known (hcb_runtime_set_only_cpu_device). */
+    atomic_int only_cpu_ordinal;
+
+    hcb_log_fn log_fn; /* under mu */
+    void *log_user;    /* under mu */
+
+    hcb__mutex err_mu;
+    uint64_t pending_errors; /* under err_mu */
+    hcb_error last_error;    /* under err_mu */
+    /* Failures of calls under jit over sharded operands, to be raised by
+     * every device of the computation (see hcb__sharded_fail). */
+    struct {
+        uint64_t id;       /* 0: free */
+        int64_t remaining; /* devices that have not raised it yet */
+        hcb_error error;
+    } sharded[HCB__SHARDED_SLOTS]; /* under err_mu */
+};
+
+/* The channel whose consumer this thread is, or NULL (channels.c). */
+extern HCB__TLS channel *hcb__consumer;
+
+/* channels.c */
+/* The channel of `device`, or NULL; no lock. */
+channel *hcb__channel_find(hcb_runtime *rt, hcb_device device);
+/* Finds or creates the channel of `device`. */
+channel *hcb__channel_get(hcb_runtime *rt, hcb_device device, hcb_error *err);
+void hcb__channel_free(channel *ch);
+/* Starts the channel's consumer unless it runs.  `recheck` skips the
+ * lock-free fast path: the caller saw the queue without a consumer, which
+ * can happen while a stop is joining the old one. */
+int hcb__ensure_consumer(channel *ch, bool recheck, hcb_error *err);
+/* queue.c's stall callback: see "Stalls" above. */
+void hcb__channel_stalled(void *user, uint64_t waited_ns);
+
+/* registry.c: the target of `id`, or NULL; no lock. */
+const target *hcb__target_get(hcb_runtime *rt, uint64_t id);
+
+/* runtime.c */
+/* Logs a warning through the runtime's sink (hcb_runtime_set_log), or to
+ * stderr without one. */
+void hcb__runtime_log(hcb_runtime *rt, const char *fmt, ...) HCB_PRINTF(2, 3);
+/* The ordinal of the process's only CPU device, or -1 (see
+ * hcb_runtime_set_only_cpu_device). */
+int32_t hcb__runtime_only_cpu_ordinal(hcb_runtime *rt);
+
+/* calls.c */
 /* Parks `error` for call `id` until `ndevices` devices have taken it;
  * HCB_ESTATE when every slot is busy. */
 int hcb__sharded_fail(hcb_runtime *rt, uint64_t id, int64_t ndevices,
                       const hcb_error *error);
 /* Takes (a copy of) the failure parked for `id`, if any. */
 bool hcb__sharded_take(hcb_runtime *rt, uint64_t id, hcb_error *error);
-
-/* Runs a handler body on the default runtime (the exported handlers). */
-static inline XLA_FFI_Error *
-hcb__ffi_on_default_runtime(XLA_FFI_CallFrame *frame, const char *handler,
-                            XLA_FFI_Error *(*body)(hcb_runtime *,
-                                                   XLA_FFI_CallFrame *))
-{
-    hcb_runtime *rt;
-
-    if (hcb_ffi_answer_probe(frame, 0))
-        return NULL;
-    rt = hcb_runtime_default();
-    if (rt == NULL)
-        return hcb_ffi_error(frame, HCB_ENOMEM,
-                             "%s: cannot create the host-callback runtime",
-                             handler);
-    return body(rt, frame);
-}
 
 #endif /* HCB_RUNTIME_H */

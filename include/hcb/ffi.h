@@ -658,31 +658,68 @@ hcb_ffi_stream(const XLA_FFI_CallFrame *frame, void **stream, hcb_error *err)
  * HCB_E* code after filling `err` (hcb_error_set). */
 typedef int (*hcb_ffi_body)(XLA_FFI_CallFrame *frame, hcb_error *err);
 
-/* Everything around a body: answers the probe (with `traits`), checks that
- * the stage is EXECUTE, runs `body` and turns its error into the XLA error
- * "<name>: <message>" the computation fails with. */
+/* A body that takes a context bound where the handler is defined
+ * (HCB_FFI_HANDLER_CTX): one body then serves several handlers, e.g. one
+ * per platform, or a test's own runtime. */
+typedef int (*hcb_ffi_body_ctx)(XLA_FFI_CallFrame *frame, void *ctx,
+                                hcb_error *err);
+
+/* What every handler does before its body: answers the probe (with
+ * `traits`) and checks that the stage is EXECUTE.  Returns true when the
+ * call ends here, with *xe the result (NULL after the probe). */
+static inline bool
+hcb_ffi_begin(XLA_FFI_CallFrame *frame, const char *name,
+              XLA_FFI_Handler_Traits traits, XLA_FFI_Error **xe)
+{
+    *xe = NULL;
+    if (hcb_ffi_answer_probe(frame, traits))
+        return true;
+    *xe = hcb_ffi_check_stage(frame, XLA_FFI_ExecutionStage_EXECUTE, name);
+    return *xe != NULL;
+}
+
+/* ... and after it: the body's result `rc` (with `err`) as the XLA error
+ * "<name>: <message>" the computation fails with, or NULL. */
+static inline XLA_FFI_Error *
+hcb_ffi_end(const XLA_FFI_CallFrame *frame, const char *name, int rc,
+            const hcb_error *err)
+{
+    if (rc == HCB_OK)
+        return NULL;
+    if (err->code == HCB_OK)
+        return hcb_ffi_error(frame, rc < 0 ? rc : HCB_ECALLBACK,
+                             "%s: failed with code %d", name, rc);
+    return hcb_ffi_error(frame, err->code, "%s: %s", name, err->message);
+}
+
+/* Everything around a body: hcb_ffi_begin, `body`, hcb_ffi_end. */
 static inline XLA_FFI_Error *
 hcb_ffi_run(XLA_FFI_CallFrame *frame, const char *name,
             XLA_FFI_Handler_Traits traits, hcb_ffi_body body)
 {
     XLA_FFI_Error *xe;
     hcb_error err;
-    int rc;
 
-    if (hcb_ffi_answer_probe(frame, traits))
-        return NULL;
-    if ((xe = hcb_ffi_check_stage(frame, XLA_FFI_ExecutionStage_EXECUTE,
-                                  name)) != NULL)
+    if (hcb_ffi_begin(frame, name, traits, &xe))
         return xe;
-    err.code = HCB_OK;
+    err.code = HCB_OK; /* (not the whole message: this is every call) */
     err.message[0] = '\0';
-    rc = body(frame, &err);
-    if (rc == HCB_OK)
-        return NULL;
-    if (err.code == HCB_OK)
-        return hcb_ffi_error(frame, rc < 0 ? rc : HCB_ECALLBACK,
-                             "%s: failed with code %d", name, rc);
-    return hcb_ffi_error(frame, err.code, "%s: %s", name, err.message);
+    return hcb_ffi_end(frame, name, body(frame, &err), &err);
+}
+
+/* The same for a body with a context. */
+static inline XLA_FFI_Error *
+hcb_ffi_run_ctx(XLA_FFI_CallFrame *frame, const char *name,
+                XLA_FFI_Handler_Traits traits, hcb_ffi_body_ctx body, void *ctx)
+{
+    XLA_FFI_Error *xe;
+    hcb_error err;
+
+    if (hcb_ffi_begin(frame, name, traits, &xe))
+        return xe;
+    err.code = HCB_OK; /* (not the whole message: this is every call) */
+    err.message[0] = '\0';
+    return hcb_ffi_end(frame, name, body(frame, ctx, &err), &err);
 }
 
 /* Defines an exported handler `symbol` that runs `body` through hcb_ffi_run:
@@ -702,6 +739,24 @@ hcb_ffi_run(XLA_FFI_CallFrame *frame, const char *name,
     HCB_FFI__LINKAGE XLA_FFI_Error *symbol(XLA_FFI_CallFrame *frame)           \
     {                                                                          \
         return hcb_ffi_run(frame, #symbol, (traits), (body));                  \
+    }
+
+/* Defines an exported handler `symbol` that runs `body` with `ctx` through
+ * hcb_ffi_run_ctx; its errors start with `name` (say, the target name the
+ * handler is registered under, where that differs from the symbol):
+ *
+ *     static const my_config f32 = {...}, f64 = {...};
+ *     HCB_FFI_HANDLER_CTX(my_scale_f32, "my_scale", scale_body, &f32, 0)
+ *     HCB_FFI_HANDLER_CTX(my_scale_f64, "my_scale", scale_body, &f64, 0)
+ *
+ * `ctx` is passed as `void *`: a pointer to const data is cast, and the
+ * body must not write through it. */
+#define HCB_FFI_HANDLER_CTX(symbol, name, body, ctx, traits)                   \
+    HCB_FFI__LINKAGE XLA_FFI_Error *symbol(XLA_FFI_CallFrame *frame);          \
+    HCB_FFI__LINKAGE XLA_FFI_Error *symbol(XLA_FFI_CallFrame *frame)           \
+    {                                                                          \
+        return hcb_ffi_run_ctx(frame, (name), (traits), (body),                \
+                               (void *)(ctx));                                 \
     }
 
 /* ------------------------------------------------------------------------ */

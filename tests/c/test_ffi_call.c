@@ -3,7 +3,7 @@
 #include "testutil.h"
 
 #include "frame.h"
-#include "runtime.h"
+#include "platform.h"
 
 static hcb_runtime *rt;
 static tu_sink *sink;
@@ -99,11 +99,15 @@ teardown(void **state)
     return 0;
 }
 
+/* The CPU handler's body on this test's runtime. */
 static int
 run(test_frame *tf, char *msg)
 {
-    return tf_error_code(hcb__ffi_call_execute(rt, &tf->frame), msg,
-                         HCB_ERROR_MESSAGE_SIZE);
+    hcb__handler h = {&hcb__platform_cpu, rt};
+
+    return tf_error_code(
+        hcb__run_as_is(&tf->frame, "hcb_call", hcb__call_body, &h), msg,
+        HCB_ERROR_MESSAGE_SIZE);
 }
 
 static void

@@ -2,7 +2,7 @@
 #include "testutil.h"
 
 #include "frame.h"
-#include "runtime.h"
+#include "platform.h"
 
 static hcb_runtime *rt;
 static tu_sink *sink;
@@ -49,11 +49,15 @@ teardown(void **state)
     return 0;
 }
 
+/* The CPU handler's body on this test's runtime. */
 static int
 run(test_frame *tf, char *msg)
 {
-    return tf_error_code(hcb__ffi_tap_execute(rt, &tf->frame), msg,
-                         HCB_ERROR_MESSAGE_SIZE);
+    hcb__handler h = {&hcb__platform_cpu, rt};
+
+    return tf_error_code(
+        hcb_ffi_run_ctx(&tf->frame, "hcb_tap", 0, hcb__tap_body, &h), msg,
+        HCB_ERROR_MESSAGE_SIZE);
 }
 
 static void
@@ -262,8 +266,9 @@ test_malformed_frames_fail_cleanly(void **state)
 static void
 test_out_of_memory_is_an_error(void **state)
 {
-    float x[4] = {1, 2, 3, 4};
-    int64_t d[1] = {4};
+    /* 16 KiB: a record the pools do not hold ready (record.c) */
+    static float x[4096];
+    int64_t d[1] = {4096};
     test_frame tf;
     char msg[HCB_ERROR_MESSAGE_SIZE];
 

@@ -117,7 +117,9 @@ test_refcount(void **state)
     (void)state;
     tu_install_allocator();
     before = atomic_load(&tu_live_allocs);
-    rec = tu_record(1, 0, 5, 10);
+    /* 16 KiB: too large for an arena, too small for the kept large
+     * blocks, so the record's memory goes back to the hook at once */
+    rec = tu_record(1, 0, 5, 4096);
     hcb_record_retain(rec);
     hcb_record_release(rec);
     assert_int_equal(atomic_load(&tu_live_allocs), before + 1);
@@ -127,23 +129,56 @@ test_refcount(void **state)
     hcb_set_allocator(NULL);
 }
 
-static void
-test_out_of_memory(void **state)
+static void *
+small_record_on_new_thread(void *arg)
 {
     int32_t x[4] = {1, 2, 3, 4};
     int64_t dims[1] = {4};
     hcb_array a = {HCB_S32, 1, dims, x, sizeof x};
     hcb_record *rec = NULL;
+    int *rc = arg;
+
+    *rc = hcb_record_create(1, 0, &a, 1, &rec, NULL);
+    if (*rc == HCB_OK && memcmp(hcb_record_args(rec)[0].data, x, sizeof x) != 0)
+        *rc = HCB_EINTERNAL;
+    hcb_record_release(rec);
+    return NULL;
+}
+
+/* The record pools take their blocks from the hook too: every size fails
+ * cleanly when the hook fails, and a thread whose first arena cannot be had
+ * falls back to a record of its own. */
+static void
+test_out_of_memory(void **state)
+{
+    static char data[2 << 20];
+    int64_t dims[1] = {0};
+    hcb_array a = {HCB_U8, 1, dims, data, 0};
+    size_t sizes[] = {16 << 10, 2 << 20}, i;
+    hcb_record *rec = NULL;
     hcb_error err;
+    pthread_t t;
+    int rc = HCB_EINTERNAL;
 
     (void)state;
-    tu_install_allocator();
-    tu_fail_alloc_after(0);
-    assert_int_equal(hcb_record_create(1, 0, &a, 1, &rec, &err), HCB_ENOMEM);
-    assert_null(rec);
-    assert_non_null(strstr(err.message, "cannot allocate"));
-    assert_int_equal(hcb_record_create(1, 0, &a, 1, &rec, &err), HCB_OK);
-    hcb_record_release(rec);
+    tu_install_allocator(); /* gives the kept blocks back */
+    for (i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        dims[0] = (int64_t)sizes[i];
+        a.nbytes = sizes[i];
+        tu_fail_alloc_after(0);
+        assert_int_equal(hcb_record_create(1, 0, &a, 1, &rec, &err),
+                         HCB_ENOMEM);
+        assert_null(rec);
+        assert_non_null(strstr(err.message, "cannot allocate"));
+        assert_int_equal(hcb_record_create(1, 0, &a, 1, &rec, &err), HCB_OK);
+        hcb_record_release(rec);
+        rec = NULL;
+    }
+    tu_fail_alloc_after(0); /* the new thread's arena */
+    assert_int_equal(pthread_create(&t, NULL, small_record_on_new_thread, &rc),
+                     0);
+    pthread_join(t, NULL);
+    assert_int_equal(rc, HCB_OK);
     hcb_set_allocator(NULL);
 }
 

@@ -1,0 +1,151 @@
+/*
+ * calls.c - synchronous calls (hcb_runtime_call): the path of a call.
+ *
+ * The platform's call (platform_cpu.c, on an XLA thread) calls
+ * hcb_runtime_call -> the device's earlier taps are delivered first
+ * (deliver_earlier_taps waits for the channel's queue mark) -> the call
+ * function runs in that same thread and fills the result buffers.  Calls use
+ * no queue and no consumer thread.
+ *
+ * And the parking of failures of calls under jit over sharded operands
+ * (hcb__sharded_fail/take, runtime.h).
+ */
+#include "runtime.h"
+
+/* Before a call on `ch`'s device: delivers the taps that device issued
+ * earlier.  Warns when that takes long: the likely cause is a tap function
+ * that runs this very computation (it waits for the call, which waits for
+ * it). */
+static int
+deliver_earlier_taps(hcb_runtime *rt, channel *ch, const target *t,
+                     hcb_error *err)
+{
+    const target *running;
+    uint64_t mark;
+    int rc;
+
+    if (hcb__queue_idle(&ch->queue))
+        return HCB_OK;
+    if (hcb__queue_stranded(&ch->queue) &&
+        (rc = hcb__ensure_consumer(ch, true, err)) != HCB_OK)
+        return rc;
+    mark = hcb__queue_mark(&ch->queue);
+    if (hcb__queue_wait_mark(&ch->queue, mark,
+                             hcb__now_ns() + HCB_CALL_WAIT_WARN_NS))
+        return HCB_OK;
+    running = atomic_load_explicit(&ch->delivering, memory_order_relaxed);
+    hcb__runtime_log(
+        rt,
+        "call '%s' on %s:%d has waited %llu s for the taps its "
+        "device issued before it (the tap function now running: "
+        "'%s').  It goes on waiting.  If a tap function of that "
+        "device runs a computation that contains this call, they "
+        "wait for each other: run that computation on another "
+        "device, or outside the tap function (after barrier_wait)",
+        t->name,
+        HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu",
+        (int)HCB_DEVICE_ORDINAL(ch->device),
+        (unsigned long long)(HCB_CALL_WAIT_WARN_NS / 1000000000u),
+        running != NULL ? running->name : "(none)");
+    hcb__queue_wait_mark(&ch->queue, mark, 0);
+    return HCB_OK;
+}
+
+int
+hcb_runtime_call(hcb_runtime *rt, uint64_t id, hcb_device device,
+                 const hcb_array *args, size_t nargs, const hcb_array *results,
+                 size_t nresults, hcb_error *err)
+{
+    const target *t = hcb__target_get(rt, id);
+    channel *ch;
+    hcb_error local;
+    int rc;
+
+    if (t == NULL)
+        return hcb_error_set(err, HCB_ENOTFOUND, "unknown call id %llu",
+                             (unsigned long long)id);
+    if (t->kind != TARGET_CALL)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "id %llu is the tap target '%s', not a call "
+                             "target",
+                             (unsigned long long)id, t->name);
+    /* One device's callbacks reach the host in the order it issued them:
+     * deliver its earlier taps first.  A consumer thread must not wait for
+     * a queue (possibly its own) whose tap may be waiting for this call. */
+    ch = hcb__channel_find(rt, device);
+    if (ch != NULL && hcb__consumer == NULL &&
+        (rc = deliver_earlier_taps(rt, ch, t, err)) != HCB_OK)
+        return rc;
+
+    if (err == NULL)
+        err = &local;
+    err->code = HCB_OK;
+    err->message[0] = '\0';
+    rc = t->call(t->user, device, args, nargs, results, nresults, err);
+    if (rc == HCB_OK)
+        return HCB_OK;
+    if (err->code == HCB_OK)
+        hcb_error_set(err, rc < 0 ? rc : HCB_ECALLBACK,
+                      "call function '%s' failed", t->name);
+    hcb_runtime_record_error(rt, device, err);
+    return err->code;
+}
+
+int
+hcb_runtime_call_shared(hcb_runtime *rt, uint64_t id, hcb_device device,
+                        const hcb_array *args, size_t nargs,
+                        const hcb_array *results, size_t nresults,
+                        int64_t ndevices, int *parked, hcb_error *err)
+{
+    hcb_error local;
+    int rc;
+
+    if (err == NULL)
+        err = &local;
+    *parked = 0;
+    rc = hcb_runtime_call(rt, id, device, args, nargs, results, nresults, err);
+    if (rc != HCB_OK && ndevices > 0 &&
+        hcb__sharded_fail(rt, id, ndevices, err) == HCB_OK)
+        *parked = 1;
+    return rc;
+}
+
+int
+hcb__sharded_fail(hcb_runtime *rt, uint64_t id, int64_t ndevices,
+                  const hcb_error *error)
+{
+    int i, rc = HCB_ESTATE;
+
+    hcb__mutex_lock(&rt->err_mu);
+    for (i = 0; i < HCB__SHARDED_SLOTS; i++) {
+        if (rt->sharded[i].id == 0 || rt->sharded[i].id == id) {
+            rt->sharded[i].id = id;
+            rt->sharded[i].remaining = ndevices;
+            rt->sharded[i].error = *error;
+            rc = HCB_OK;
+            break;
+        }
+    }
+    hcb__mutex_unlock(&rt->err_mu);
+    return rc;
+}
+
+bool
+hcb__sharded_take(hcb_runtime *rt, uint64_t id, hcb_error *error)
+{
+    bool found = false;
+    int i;
+
+    hcb__mutex_lock(&rt->err_mu);
+    for (i = 0; i < HCB__SHARDED_SLOTS; i++) {
+        if (rt->sharded[i].id == id) {
+            *error = rt->sharded[i].error;
+            if (--rt->sharded[i].remaining <= 0)
+                rt->sharded[i].id = 0;
+            found = true;
+            break;
+        }
+    }
+    hcb__mutex_unlock(&rt->err_mu);
+    return found;
+}

@@ -1,0 +1,416 @@
+/*
+ * channels.c - a device's channel: its bounded queue (queue.c) and the
+ * consumer thread that delivers its records to their tap targets; submit,
+ * barriers, stop, the queue bound, stats and the stall warning.
+ *
+ * The path of a record: the platform's send (platform_cpu.c, on an XLA
+ * thread) calls hcb_runtime_submit -> channel_get finds the device's
+ * channel -> ensure_consumer starts its thread on first use ->
+ * hcb__queue_push (may wait: back-pressure) -> the consumer thread
+ * (consumer_main) pops it -> deliver looks up the target (registry.c) and
+ * calls its tap function -> the record is released and marked done.
+ *
+ * Threads, locks, ordering, shutdown and stalls: see runtime.h.
+ */
+#include <fenv.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime.h"
+
+HCB__TLS channel *hcb__consumer;
+
+static size_t
+slot_of(hcb_device device)
+{
+    return (size_t)(((uint64_t)device * 0x9E3779B97F4A7C15u) >> 52) &
+           (CHANNEL_SLOTS - 1);
+}
+
+channel *
+hcb__channel_find(hcb_runtime *rt, hcb_device device)
+{
+    size_t i = slot_of(device), n;
+
+    for (n = 0; n < CHANNEL_SLOTS; n++, i = (i + 1) & (CHANNEL_SLOTS - 1)) {
+        channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_acquire);
+
+        if (ch == NULL || ch->device == device)
+            return ch;
+    }
+    return NULL;
+}
+
+static channel *
+channel_new(hcb_runtime *rt, hcb_device device, hcb_error *err)
+{
+    channel *ch = hcb__calloc(1, sizeof *ch);
+
+    if (ch == NULL) {
+        hcb_error_set(err, HCB_ENOMEM, "cannot allocate a device channel");
+        return NULL;
+    }
+    ch->rt = rt;
+    ch->device = device;
+    atomic_init(&ch->running, false);
+    atomic_init(&ch->errors, 0);
+    atomic_init(&ch->delivering, NULL);
+    atomic_init(&ch->stall_warned_ns, 0);
+    if (hcb__queue_init(&ch->queue, rt->max_queue_bytes) != HCB_OK) {
+        hcb__free(ch);
+        hcb_error_set(err, HCB_ESYSTEM, "cannot initialise a device queue");
+        return NULL;
+    }
+    hcb__queue_set_stall(&ch->queue, hcb__channel_stalled, ch, STALL_WARN_NS);
+    if (hcb__mutex_init(&ch->lifecycle) != HCB_OK) {
+        hcb__queue_destroy(&ch->queue);
+        hcb__free(ch);
+        hcb_error_set(err, HCB_ESYSTEM, "cannot initialise a device channel");
+        return NULL;
+    }
+    return ch;
+}
+
+void
+hcb__channel_free(channel *ch)
+{
+    hcb__mutex_destroy(&ch->lifecycle);
+    hcb__queue_destroy(&ch->queue);
+    hcb__free(ch);
+}
+
+/* Finds or creates the channel of `device`. */
+channel *
+hcb__channel_get(hcb_runtime *rt, hcb_device device, hcb_error *err)
+{
+    channel *ch = hcb__channel_find(rt, device);
+    size_t i;
+
+    if (ch != NULL)
+        return ch;
+    hcb__mutex_lock(&rt->mu);
+    ch = hcb__channel_find(rt, device); /* another producer may have won */
+    if (ch == NULL && rt->nchannels >= CHANNEL_SLOTS / 2) {
+        hcb_error_set(err, HCB_ESTATE, "too many devices (%zu)", rt->nchannels);
+    } else if (ch == NULL && (ch = channel_new(rt, device, err)) != NULL) {
+        for (i = slot_of(device);
+             atomic_load_explicit(&rt->slots[i], memory_order_relaxed) != NULL;
+             i = (i + 1) & (CHANNEL_SLOTS - 1))
+            ;
+        atomic_store_explicit(&rt->slots[i], ch, memory_order_release);
+        rt->nchannels++;
+    }
+    hcb__mutex_unlock(&rt->mu);
+    return ch;
+}
+
+static void
+deliver(channel *ch, hcb_record *rec)
+{
+    const target *t = hcb__target_get(ch->rt, rec->callback_id);
+    hcb_error err;
+
+    err.code = HCB_OK;
+    err.message[0] = '\0';
+    if (t == NULL || t->kind != TARGET_TAP) {
+        hcb_error_set(&err, HCB_ENOTFOUND,
+                      "record for unknown tap id %llu dropped%s",
+                      (unsigned long long)rec->callback_id,
+                      t != NULL ? " (the id is a call target)" : "");
+    } else {
+        int rc;
+
+        atomic_store_explicit(&ch->delivering, t, memory_order_relaxed);
+        rc = t->tap(t->user, rec, &err);
+        atomic_store_explicit(&ch->delivering, NULL, memory_order_relaxed);
+        if (rc == 0)
+            return;
+        if (err.code == HCB_OK)
+            hcb_error_set(&err, HCB_ECALLBACK, "tap function '%s' failed",
+                          t->name);
+    }
+    hcb_runtime_record_error(ch->rt, ch->device, &err);
+}
+
+static void *
+consumer_main(void *arg)
+{
+    channel *ch = arg;
+    hcb_record *rec, *next;
+
+    hcb__consumer = ch;
+    /* A thread inherits its creator's floating-point environment, here
+     * often an XLA thread's, which flushes denormals to zero: tap functions
+     * (and numpy printing for them) compute as the program's own threads
+     * do, as under the removed module's receiver thread. */
+    fesetenv(FE_DFL_ENV);
+    while ((rec = hcb__queue_pop(&ch->queue, 0, 0)) != NULL) {
+        for (; rec != NULL; rec = next) {
+            size_t size = rec->size;
+
+            next = atomic_load_explicit(&rec->next, memory_order_relaxed);
+            atomic_store_explicit(&rec->next, NULL, memory_order_relaxed);
+            deliver(ch, rec);
+            hcb_record_release(rec);
+            /* each record, not each batch: a producer waiting for space
+             * resumes as soon as its record fits (queue.c, "Done") */
+            hcb__queue_finished(&ch->queue, size);
+        }
+    }
+    hcb__consumer = NULL;
+    return NULL;
+}
+
+/* Starts the channel's consumer unless it runs.  `recheck` skips the
+ * lock-free fast path: the caller saw the queue without a consumer, which
+ * can happen while a stop is joining the old one. */
+int
+hcb__ensure_consumer(channel *ch, bool recheck, hcb_error *err)
+{
+    char name[16];
+    int rc = HCB_OK;
+
+    if (!recheck && atomic_load_explicit(&ch->running, memory_order_acquire))
+        return HCB_OK;
+    hcb__mutex_lock(&ch->lifecycle);
+    if (!atomic_load_explicit(&ch->running, memory_order_relaxed)) {
+        snprintf(name, sizeof name, "hcb-%s-%d",
+                 HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu"
+                                                                     : "gpu",
+                 (int)HCB_DEVICE_ORDINAL(ch->device));
+        hcb__queue_set_consumer_active(&ch->queue, true);
+        rc = hcb__thread_create(&ch->thread, name, consumer_main, ch);
+        if (rc == HCB_OK) {
+            atomic_store_explicit(&ch->running, true, memory_order_release);
+        } else {
+            hcb__queue_set_consumer_active(&ch->queue, false);
+            hcb_error_set(err, rc, "cannot start the consumer thread %s", name);
+        }
+    }
+    hcb__mutex_unlock(&ch->lifecycle);
+    return rc;
+}
+
+static void
+stop_channel(channel *ch)
+{
+    hcb__mutex_lock(&ch->lifecycle);
+    if (atomic_load_explicit(&ch->running, memory_order_relaxed)) {
+        hcb__queue_close(&ch->queue);
+        hcb__thread_join(ch->thread);
+        atomic_store_explicit(&ch->running, false, memory_order_release);
+        hcb__queue_reopen(&ch->queue);
+    }
+    hcb__mutex_unlock(&ch->lifecycle);
+}
+
+int
+hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec, hcb_error *err)
+{
+    channel *ch;
+    int rc;
+
+    if (rec == NULL)
+        return hcb_error_set(err, HCB_EINVAL, "record is NULL");
+    ch = hcb__channel_get(rt, rec->device, err);
+    if (ch == NULL) {
+        hcb_record_release(rec);
+        return err != NULL ? err->code : HCB_ENOMEM;
+    }
+    if ((rc = hcb__ensure_consumer(ch, false, err)) != HCB_OK) {
+        hcb_record_release(rec);
+        return rc;
+    }
+    if (!hcb__queue_push(&ch->queue, rec, hcb__consumer == ch))
+        return hcb__ensure_consumer(ch, true, err);
+    return HCB_OK;
+}
+
+/* Waits for the records submitted to `ch` so far; with `check`, wakes every
+ * `poll_ns` to call it and stops when it returns nonzero. */
+static int
+barrier_channel(channel *ch, uint64_t poll_ns, hcb_check_fn check, void *user,
+                hcb_error *err)
+{
+    uint64_t mark;
+    int rc;
+
+    if (hcb__consumer == ch)
+        return hcb_error_set(err, HCB_EDEADLK,
+                             "barrier called from the consumer thread of "
+                             "the device it waits for");
+    if (hcb__queue_stranded(&ch->queue) &&
+        (rc = hcb__ensure_consumer(ch, true, err)) != HCB_OK)
+        return rc;
+    mark = hcb__queue_mark(&ch->queue);
+    if (check == NULL) {
+        hcb__queue_wait_mark(&ch->queue, mark, 0);
+        return HCB_OK;
+    }
+    while (!hcb__queue_wait_mark(&ch->queue, mark, hcb__now_ns() + poll_ns))
+        if (check(user) != 0)
+            return hcb_error_set(err, HCB_ECALLBACK,
+                                 "barrier interrupted by its check function");
+    return HCB_OK;
+}
+
+int
+hcb_runtime_barrier_poll(hcb_runtime *rt, hcb_device device, uint64_t poll_ns,
+                         hcb_check_fn check, void *user, hcb_error *err)
+{
+    channel *ch;
+    size_t i;
+    int rc;
+
+    if (check != NULL && poll_ns == 0)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "barrier poll interval must be positive, got 0");
+    if (device != HCB_ALL_DEVICES) {
+        ch = hcb__channel_find(rt, device);
+        return ch == NULL ? HCB_OK
+                          : barrier_channel(ch, poll_ns, check, user, err);
+    }
+    for (i = 0; i < CHANNEL_SLOTS; i++) {
+        ch = atomic_load_explicit(&rt->slots[i], memory_order_acquire);
+        if (ch != NULL &&
+            (rc = barrier_channel(ch, poll_ns, check, user, err)) != HCB_OK)
+            return rc;
+    }
+    return HCB_OK;
+}
+
+int
+hcb_runtime_barrier(hcb_runtime *rt, hcb_device device, hcb_error *err)
+{
+    return hcb_runtime_barrier_poll(rt, device, 0, NULL, NULL, err);
+}
+
+/* A producer of `ch` (the device's thread) has waited `waited_ns` for room
+ * in the queue (queue.c calls it once per wait, no lock held).  Warns, at
+ * most once a minute per device: if the tap function running now runs a
+ * computation on this device, neither can go on. */
+void
+hcb__channel_stalled(void *user, uint64_t waited_ns)
+{
+    channel *ch = user;
+    const target *t =
+        atomic_load_explicit(&ch->delivering, memory_order_relaxed);
+    uint64_t now = hcb__now_ns();
+    uint64_t last = atomic_load(&ch->stall_warned_ns);
+
+    if ((last != 0 && now - last < STALL_WARN_EVERY_NS) ||
+        !atomic_compare_exchange_strong(&ch->stall_warned_ns, &last, now))
+        return;
+    hcb__runtime_log(
+        ch->rt,
+        "device %s:%d has waited %.1f s for room in its tap queue "
+        "(bound %zu bytes) while the tap function '%s' is running.  "
+        "It goes on waiting.  A tap function that runs a "
+        "computation (e.g. JAX) on the device that issued the tap "
+        "deadlocks when that device's queue is full: the device "
+        "waits for the tap function, which waits for the device.  "
+        "Raise the queue bound (HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE), "
+        "or move that work out of the tap function (after "
+        "barrier_wait, or onto another device)",
+        HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu",
+        (int)HCB_DEVICE_ORDINAL(ch->device), (double)waited_ns / 1e9,
+        atomic_load(&ch->queue.max_bytes), t != NULL ? t->name : "(none)");
+}
+
+int
+hcb_runtime_stop(hcb_runtime *rt, hcb_error *err)
+{
+    size_t i;
+
+    if (hcb__consumer != NULL)
+        return hcb_error_set(err, HCB_EDEADLK,
+                             "stop called from a consumer thread");
+    for (i = 0; i < CHANNEL_SLOTS; i++) {
+        channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_acquire);
+
+        if (ch != NULL)
+            stop_channel(ch);
+    }
+    return HCB_OK;
+}
+
+int
+hcb_runtime_set_max_queue_bytes(hcb_runtime *rt, size_t bytes, hcb_error *err)
+{
+    size_t i;
+
+    if (bytes == 0)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "queue bound must be positive, got 0");
+    hcb__mutex_lock(&rt->mu);
+    rt->max_queue_bytes = bytes;
+    for (i = 0; i < CHANNEL_SLOTS; i++) {
+        channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_relaxed);
+
+        if (ch != NULL)
+            hcb__queue_set_max_bytes(&ch->queue, bytes);
+    }
+    hcb__mutex_unlock(&rt->mu);
+    return HCB_OK;
+}
+
+static void
+add_stats(channel *ch, hcb_stats *s)
+{
+    hcb__queue_add_stats(&ch->queue, s);
+    s->errors += atomic_load_explicit(&ch->errors, memory_order_relaxed);
+    s->devices++;
+}
+
+int
+hcb_runtime_stats(hcb_runtime *rt, hcb_device device, hcb_stats *stats,
+                  hcb_error *err)
+{
+    size_t size, i;
+    channel *ch;
+
+    if (stats == NULL || stats->struct_size < sizeof(size_t))
+        return hcb_error_set(err, HCB_EINVAL, "stats needs struct_size");
+    size =
+        stats->struct_size < sizeof *stats ? stats->struct_size : sizeof *stats;
+    {
+        hcb_stats s = HCB_STATS_INIT;
+
+        if (device != HCB_ALL_DEVICES) {
+            ch = hcb__channel_find(rt, device);
+            if (ch == NULL)
+                return hcb_error_set(err, HCB_ENOTFOUND,
+                                     "device %d:%d has no queue",
+                                     (int)HCB_DEVICE_PLATFORM(device),
+                                     (int)HCB_DEVICE_ORDINAL(device));
+            add_stats(ch, &s);
+        } else {
+            for (i = 0; i < CHANNEL_SLOTS; i++) {
+                ch = atomic_load_explicit(&rt->slots[i], memory_order_acquire);
+                if (ch != NULL)
+                    add_stats(ch, &s);
+            }
+        }
+        /* Copy only the fields the caller's struct has. */
+        s.struct_size = size;
+        memcpy(stats, &s, size);
+    }
+    return HCB_OK;
+}
+
+size_t
+hcb_runtime_devices(hcb_runtime *rt, hcb_device *out, size_t cap)
+{
+    size_t i, n = 0;
+
+    for (i = 0; i < CHANNEL_SLOTS; i++) {
+        channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_acquire);
+
+        if (ch == NULL)
+            continue;
+        if (n < cap && out != NULL)
+            out[n] = ch->device;
+        n++;
+    }
+    return n;
+}

@@ -1,0 +1,267 @@
+/*
+ * handlers.c - what the XLA FFI handlers do, on any platform: decode the
+ * call frame, then build and send a record (a tap), run a call target (a
+ * call), or answer with the device (the ordinal).  Where the bytes live and
+ * how they move is the platform's (platform.h); platform_cpu.c defines the
+ * exported CPU handlers over these bodies.
+ *
+ * XLA calls a handler on the thread running the computation.  A tap
+ * returns as soon as its record is queued (runtime.c delivers it on the
+ * device's consumer thread); a call returns when its target has filled the
+ * results.  Errors come back through `err` and fail the computation with
+ * "<target>: <message>" (hcb_ffi_run_ctx).
+ */
+#include "platform.h"
+#include "record.h"
+#include "runtime.h"
+
+#define STACK_ARRAYS 16
+
+static hcb_runtime *
+handler_runtime(const hcb__handler *h, hcb_error *err)
+{
+    hcb_runtime *rt = h->rt != NULL ? h->rt : hcb_runtime_default();
+
+    if (rt == NULL)
+        hcb_error_set(err, HCB_ENOMEM,
+                      "cannot create the host-callback "
+                      "runtime");
+    return rt;
+}
+
+/* Whether the frame's last operand and last result are tokens.  The
+ * lowering gives every ordered callback (taps, prints, calls) a token
+ * operand and a token result: a chain of them keeps XLA from reordering
+ * the callbacks of one program (python/host_callback/_order.py).  They
+ * carry no data; handlers skip them. */
+static int64_t
+order_tokens(const XLA_FFI_CallFrame *frame)
+{
+    int64_t na = frame->args.size, nr = frame->rets.size;
+
+    return na > 0 && nr > 0 &&
+           frame->args.types[na - 1] == XLA_FFI_ArgType_BUFFER &&
+           frame->rets.types[nr - 1] == XLA_FFI_RetType_BUFFER &&
+           ((const XLA_FFI_Buffer *)frame->args.args[na - 1])->dtype ==
+               XLA_FFI_DataType_TOKEN &&
+           ((const XLA_FFI_Buffer *)frame->rets.rets[nr - 1])->dtype ==
+               XLA_FFI_DataType_TOKEN;
+}
+
+/* Makes sure each result holds its operand, for handlers whose results
+ * alias their operands (the first min(args, rets), order tokens aside).  XLA
+ * honours the aliasing the lowering requests, so this is normally a pointer
+ * comparison; a copy is made only if a runtime ever hands us distinct
+ * buffers. */
+static int
+forward_operands(const hcb__platform *p, XLA_FFI_CallFrame *frame,
+                 hcb_error *err)
+{
+    int64_t n = frame->args.size < frame->rets.size ? frame->args.size
+                                                    : frame->rets.size;
+    int64_t i;
+
+    n -= order_tokens(frame);
+    for (i = 0; i < n; i++) {
+        const XLA_FFI_Buffer *in = (const XLA_FFI_Buffer *)frame->args.args[i];
+        XLA_FFI_Buffer *out = (XLA_FFI_Buffer *)frame->rets.rets[i];
+        hcb_array view = {HCB_INVALID, 0, NULL, NULL, 0};
+        hcb_error inner;
+        int rc;
+
+        if (in->data == out->data)
+            continue;
+        if ((rc = hcb_ffi_buffer_view(in, &view, &inner)) != HCB_OK ||
+            (rc = p->copy_on_device(frame, out->data, in->data, view.nbytes,
+                                    &inner)) != HCB_OK)
+            return hcb_error_set(err, rc, "operand %lld: %s", (long long)i,
+                                 inner.message);
+    }
+    return HCB_OK;
+}
+
+/* ---- hcb_tap ------------------------------------------------------------ */
+
+static int
+check_tap_frame(const XLA_FFI_CallFrame *frame, int64_t ntapped, hcb_error *err)
+{
+    int64_t i, n = frame->args.size - order_tokens(frame);
+
+    if (frame->args.size != frame->rets.size)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "%lld operands but %lld results; each result "
+                             "must alias its operand",
+                             (long long)frame->args.size,
+                             (long long)frame->rets.size);
+    if (ntapped < 0 || ntapped > n)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "ntapped is %lld, expected 0..%lld",
+                             (long long)ntapped, (long long)n);
+    for (i = 0; i < frame->args.size; i++) {
+        if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER ||
+            frame->rets.types[i] != XLA_FFI_RetType_BUFFER)
+            return hcb_error_set(err, HCB_EINVAL,
+                                 "operand %lld is not a buffer", (long long)i);
+    }
+    return HCB_OK;
+}
+
+/* Operands: the tapped arrays, pass-through arrays, [order token]; results
+ * alias them.  Attributes: callback_id, ntapped. */
+int
+hcb__tap_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
+{
+    const hcb__handler *h = ctx;
+    hcb_array stack_views[STACK_ARRAYS], *views = stack_views;
+    hcb_record *rec = NULL;
+    hcb_runtime *rt;
+    hcb_device device;
+    uint64_t id = 0;
+    int64_t ntapped = 0, i;
+    int rc;
+
+    if ((rt = handler_runtime(h, err)) == NULL)
+        return err->code;
+    if ((rc = hcb_ffi_attr_u64(&frame->attrs, "callback_id", &id, err)) !=
+            HCB_OK ||
+        (rc = hcb_ffi_attr_i64(&frame->attrs, "ntapped", &ntapped, err)) !=
+            HCB_OK ||
+        (rc = h->platform->device(rt, frame, &device, err)) != HCB_OK ||
+        (rc = check_tap_frame(frame, ntapped, err)) != HCB_OK ||
+        (rc = forward_operands(h->platform, frame, err)) != HCB_OK)
+        return rc;
+
+    if (ntapped > STACK_ARRAYS &&
+        (views = hcb__calloc((size_t)ntapped, sizeof *views)) == NULL)
+        return hcb_error_set(err, HCB_ENOMEM,
+                             "cannot allocate %lld array views",
+                             (long long)ntapped);
+    for (i = 0; i < ntapped; i++) {
+        hcb_error inner;
+
+        if ((rc = hcb_ffi_buffer_view(
+                 (const XLA_FFI_Buffer *)frame->args.args[i], &views[i],
+                 &inner)) != HCB_OK) {
+            hcb_error_set(err, rc, "operand %lld: %s", (long long)i,
+                          inner.message);
+            goto out;
+        }
+    }
+    if ((rc = hcb__record_alloc(id, device, views, (size_t)ntapped, &rec,
+                                err)) == HCB_OK)
+        rc = h->platform->send(rt, frame, rec, views, err);
+out:
+    if (views != stack_views)
+        hcb__free(views);
+    return rc;
+}
+
+/* ---- hcb_call ----------------------------------------------------------- */
+
+/* A call ends with the failure of the user's call target, which reaches the
+ * user as the target wrote it: the body names the handler in its own errors
+ * only, and its handler adds nothing (hcb__run_as_is).  So does
+ * hcb_sharded_check, which raises such a failure. */
+XLA_FFI_Error *
+hcb__run_as_is(XLA_FFI_CallFrame *frame, const char *name,
+               hcb_ffi_body_ctx body, void *ctx)
+{
+    XLA_FFI_Error *xe;
+    hcb_error err;
+
+    if (hcb_ffi_begin(frame, name, 0, &xe))
+        return xe;
+    err.code = HCB_OK;
+    err.message[0] = '\0';
+    if (body(frame, ctx, &err) == HCB_OK)
+        return NULL;
+    return hcb_ffi_error_from(frame, &err);
+}
+
+/* Operands: the arguments, [order token]; results: the declared outputs,
+ * [order token].  Attribute: callback_id. */
+int
+hcb__call_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
+{
+    const hcb__handler *h = ctx;
+    hcb_array stack_views[STACK_ARRAYS], *views = stack_views;
+    int64_t tokens = order_tokens(frame);
+    int64_t nargs = frame->args.size - tokens, i;
+    int64_t nrets = frame->rets.size - tokens;
+    hcb_runtime *rt;
+    hcb_device device;
+    hcb_error inner;
+    uint64_t id = 0;
+    int rc;
+
+    if ((rt = handler_runtime(h, &inner)) == NULL ||
+        (rc = hcb_ffi_attr_u64(&frame->attrs, "callback_id", &id, &inner)) !=
+            HCB_OK ||
+        (rc = h->platform->device(rt, frame, &device, &inner)) != HCB_OK)
+        return hcb_error_set(err, inner.code, "hcb_call: %s", inner.message);
+    if (nargs + nrets > STACK_ARRAYS &&
+        (views = hcb__calloc((size_t)(nargs + nrets), sizeof *views)) == NULL)
+        return hcb_error_set(err, HCB_ENOMEM,
+                             "hcb_call: cannot allocate %lld array views",
+                             (long long)(nargs + nrets));
+    for (i = 0, rc = HCB_OK; i < nargs + nrets && rc == HCB_OK; i++)
+        rc = i < nargs ? hcb_ffi_arg(frame, i, HCB_ANY_DTYPE, HCB_ANY_RANK,
+                                     &views[i], &inner)
+                       : hcb_ffi_result(frame, i - nargs, HCB_ANY_DTYPE,
+                                        HCB_ANY_RANK, &views[i], &inner);
+    if (rc != HCB_OK)
+        hcb_error_set(err, rc, "hcb_call: %s", inner.message);
+    else
+        rc = h->platform->call(rt, frame, id, device, views, (size_t)nargs,
+                               views + nargs, (size_t)nrets, err);
+    if (views != stack_views)
+        hcb__free(views);
+    return rc;
+}
+
+/* ---- hcb_device_ordinal and hcb_sharded_check --------------------------- */
+
+/* Used where a callback cannot be our own custom call (under jit over
+ * sharded operands the callback goes through JAX's Python callback, which
+ * does not say which device runs it): every device computes its own
+ * ordinal into its one s32[] result, and the device that runs the callback
+ * hands its own to it. */
+int
+hcb__ordinal_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
+{
+    hcb_array out = {HCB_INVALID, 0, NULL, NULL, 0};
+    int32_t ordinal = 0;
+    int rc;
+
+    (void)ctx;
+    if ((rc = hcb_ffi_check_counts(frame, -1, 1, err)) != HCB_OK ||
+        (rc = hcb_ffi_result(frame, 0, HCB_S32, 0, &out, err)) != HCB_OK ||
+        (rc = hcb_ffi_device_ordinal(frame, &ordinal, err)) != HCB_OK)
+        return rc;
+    *(int32_t *)out.data = ordinal;
+    return HCB_OK;
+}
+
+/* On every device, after the results of such a call were spread: raises
+ * the call's failure if one was parked (runtime.h, hcb__sharded_fail), so
+ * that all devices fail together instead of some waiting forever in a
+ * collective.  Results alias operands.  Attribute: callback_id. */
+int
+hcb__sharded_check_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
+{
+    const hcb__handler *h = ctx;
+    hcb_runtime *rt;
+    hcb_error inner;
+    uint64_t id = 0;
+
+    if ((rt = handler_runtime(h, &inner)) == NULL ||
+        hcb_ffi_attr_u64(&frame->attrs, "callback_id", &id, &inner) != HCB_OK)
+        return hcb_error_set(err, inner.code, "hcb_sharded_check: %s",
+                             inner.message);
+    if (hcb__sharded_take(rt, id, err)) /* the call's failure, as it is */
+        return err->code;
+    if (forward_operands(h->platform, frame, &inner) != HCB_OK)
+        return hcb_error_set(err, inner.code, "hcb_sharded_check: %s",
+                             inner.message);
+    return HCB_OK;
+}

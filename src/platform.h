@@ -1,0 +1,66 @@
+/*
+ * platform.h - the seam between what a handler does and where the bytes
+ * are.
+ *
+ * handlers.c decodes XLA's call frame, builds records, submits them and
+ * runs calls the same way on every platform.  What differs by platform is
+ * where the operands live and how their bytes reach the host: an
+ * hcb__platform answers that.  platform_cpu.c is the CPU's (host memory:
+ * a memcpy, or nothing at all) and defines the handlers libhcb exports for
+ * platform "cpu"; a platform with device memory and a stream adds one file
+ * of the same shape, and no other file changes.
+ */
+#ifndef HCB_PLATFORM_H
+#define HCB_PLATFORM_H
+
+#include "hcb/ffi.h"
+
+typedef struct hcb__platform {
+    /* The device key of the device running `frame`. */
+    int (*device)(hcb_runtime *rt, const XLA_FFI_CallFrame *frame,
+                  hcb_device *out, hcb_error *err);
+    /* Copies `nbytes` between two buffers of that device (a result XLA did
+     * not alias to its operand). */
+    int (*copy_on_device)(const XLA_FFI_CallFrame *frame, void *dst,
+                          const void *src, size_t nbytes, hcb_error *err);
+    /* Fills the arrays of `rec` (laid out, not yet filled:
+     * hcb__record_alloc) from the device arrays `src` (one per array) and
+     * submits it to `rt`.  Takes `rec` over, failure or not.  The CPU
+     * copies and submits before it returns; a platform with a stream may
+     * enqueue the copies and submit once they have landed. */
+    int (*send)(hcb_runtime *rt, const XLA_FFI_CallFrame *frame,
+                hcb_record *rec, const hcb_array *src, hcb_error *err);
+    /* Runs the call target `id` (hcb_runtime_call) over the device arrays
+     * `args` and `results`: the target reads and writes host memory, so a
+     * platform with device memory stages them, in order on its stream. */
+    int (*call)(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
+                hcb_device device, const hcb_array *args, size_t nargs,
+                const hcb_array *results, size_t nresults, hcb_error *err);
+} hcb__platform;
+
+extern const hcb__platform hcb__platform_cpu;
+
+/* The context of a handler (HCB_FFI_HANDLER_CTX): its platform, and the
+ * runtime it submits to (NULL: hcb_runtime_default(); tests use their
+ * own). */
+typedef struct hcb__handler {
+    const hcb__platform *platform;
+    hcb_runtime *rt;
+} hcb__handler;
+
+/* The bodies of the handlers (handlers.c), on any platform; `ctx` is an
+ * hcb__handler.  Run them through hcb_ffi_run_ctx under the target names
+ * "hcb_tap", "hcb_call", "hcb_device_ordinal" and "hcb_sharded_check". */
+int hcb__tap_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err);
+int hcb__call_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err);
+int hcb__ordinal_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err);
+int hcb__sharded_check_body(XLA_FFI_CallFrame *frame, void *ctx,
+                            hcb_error *err);
+
+/* hcb_ffi_run_ctx for the bodies of "hcb_call" and "hcb_sharded_check":
+ * their failures are the user's call target's, and reach the user as the
+ * target wrote them (the bodies name the handler in their own errors). */
+XLA_FFI_Error *hcb__run_as_is(XLA_FFI_CallFrame *frame, const char *name,
+                              hcb_ffi_body_ctx body, void *ctx);
+
+#endif /* HCB_PLATFORM_H */

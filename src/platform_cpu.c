@@ -1,0 +1,86 @@
+/*
+ * platform_cpu.c - the CPU platform: XLA's CPU buffers are host memory, so
+ * a record is filled with memcpy and submitted at once, and a call target
+ * reads and writes XLA's buffers themselves.  And the handlers libhcb
+ * exports for platform "cpu" (include/hcb/ffi.h), over the bodies in
+ * handlers.c.
+ */
+#include <string.h>
+
+#include "platform.h"
+#include "record.h"
+#include "runtime.h"
+
+/* The only CPU device's ordinal when the runtime knows there is one
+ * (hcb_runtime_set_only_cpu_device: it saves asking XLA), else XLA's. */
+static int
+cpu_device(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, hcb_device *out,
+           hcb_error *err)
+{
+    int32_t ordinal = hcb__runtime_only_cpu_ordinal(rt);
+    int rc;
+
+    if (ordinal < 0 &&
+        (rc = hcb_ffi_device_ordinal(frame, &ordinal, err)) != HCB_OK)
+        return rc;
+    *out = HCB_DEVICE(HCB_PLATFORM_CPU, ordinal);
+    return HCB_OK;
+}
+
+static int
+cpu_copy_on_device(const XLA_FFI_CallFrame *frame, void *dst, const void *src,
+                   size_t nbytes, hcb_error *err)
+{
+    (void)frame;
+    (void)err;
+    if (nbytes > 0)
+        memcpy(dst, src, nbytes);
+    return HCB_OK;
+}
+
+static int
+cpu_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, hcb_record *rec,
+         const hcb_array *src, hcb_error *err)
+{
+    size_t i;
+
+    (void)frame;
+    for (i = 0; i < rec->nargs; i++)
+        if (rec->args[i].nbytes > 0)
+            memcpy(rec->args[i].data, src[i].data, rec->args[i].nbytes);
+    return hcb_runtime_submit(rt, rec, err);
+}
+
+static int
+cpu_call(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
+         hcb_device device, const hcb_array *args, size_t nargs,
+         const hcb_array *results, size_t nresults, hcb_error *err)
+{
+    (void)frame;
+    return hcb_runtime_call(rt, id, device, args, nargs, results, nresults,
+                            err);
+}
+
+const hcb__platform hcb__platform_cpu = {cpu_device, cpu_copy_on_device,
+                                         cpu_send, cpu_call};
+
+/* ---- the exported CPU handlers ------------------------------------------ */
+
+static const hcb__handler cpu = {&hcb__platform_cpu, NULL};
+
+HCB_FFI_HANDLER_CTX(hcb_ffi_tap, "hcb_tap", hcb__tap_body, &cpu, 0)
+HCB_FFI_HANDLER_CTX(hcb_ffi_ordinal_handler, "hcb_device_ordinal",
+                    hcb__ordinal_body, &cpu, 0)
+
+XLA_FFI_Error *
+hcb_ffi_call(XLA_FFI_CallFrame *frame)
+{
+    return hcb__run_as_is(frame, "hcb_call", hcb__call_body, (void *)&cpu);
+}
+
+XLA_FFI_Error *
+hcb_ffi_sharded_check(XLA_FFI_CallFrame *frame)
+{
+    return hcb__run_as_is(frame, "hcb_sharded_check", hcb__sharded_check_body,
+                          (void *)&cpu);
+}
