@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "common.h"
-#include "record.h"
 
 #define HCB__STR2(x) #x
 #define HCB__STR(x)  HCB__STR2(x)
@@ -92,8 +91,8 @@ default_free(void *user, void *ptr)
     free(ptr);
 }
 
-/* The one piece of process-global state besides the default runtime: the
- * hook must be reachable from every allocation site without a context. */
+/* Process-wide (see the list in runtime.h): the hook must be reachable from
+ * every allocation site without a context. */
 static hcb_allocator allocator = {sizeof(hcb_allocator), default_alloc,
                                   default_free, NULL};
 

@@ -19,6 +19,9 @@
 void *hcb__malloc(size_t size);
 void *hcb__calloc(size_t n, size_t size);
 void hcb__free(void *ptr);
+/* The record pools (record.c) keep blocks they took from the hook; the hook
+ * gives them back through this before it changes. */
+void hcb__record_drain(void);
 
 /* Thin pthread wrappers.  A failure of lock/unlock/wait/signal means a
  * corrupted object or a bug, so they abort with a message instead of

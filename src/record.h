@@ -42,10 +42,6 @@ int hcb__record_alloc(uint64_t callback_id, hcb_device device,
                       const hcb_array *args, size_t nargs, hcb_record **out,
                       hcb_error *err);
 
-/* Gives the blocks the pools keep for reuse back to the allocation hook
- * (hcb_set_allocator calls it before it changes the hook). */
-void hcb__record_drain(void);
-
 /* The fork handlers of the record pools (runtime.c installs them with its
  * own): the pools' locks are held across fork, so the child finds them
  * whole and unlocked.  Their critical sections are a few instructions. */
