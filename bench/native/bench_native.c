@@ -1,8 +1,9 @@
 /*
  * bench_native.c - the C pieces of the benchmark harness (bench/run.py).
  *
- * Built by the harness against the installed host_callback package
- * (`python -m host_callback --cflags --libs`) into build/bench/.
+ * Built by the harness (bench/hcb_bench/native.py) against the installed
+ * host_callback package (`python -m host_callback --cflags --libs`) into a
+ * temporary directory.
  *
  *   hcb_bench_empty      XLA FFI handler that does nothing: the floor.  Used
  *                        like a tap: one operand, the result aliased to it

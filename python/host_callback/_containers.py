@@ -18,7 +18,7 @@ a program, so the wrappers are process-wide; they are installed only once a
 program holding one of our primitives is traced (not at import), and for
 any equation without our callbacks inside they call JAX's rule unchanged.
 What they cost a program without callbacks is measured in
-bench/internals.py.
+bench/dce_wrappers.py.
 
 2. ``vmap`` of ``cond`` with a batched predicate becomes a ``select`` of
 both branches: every branch would run, and its callbacks with it.  That is

@@ -1,16 +1,10 @@
-"""What host_callback's wrappers of JAX's dead-code-elimination rules cost a
-program that has no callbacks.
+"""What host_callback's DCE-rule wrappers cost programs without callbacks.
 
-JAX has no program-scoped hook for dead-code elimination, so once a program
-with a callback has been traced the wrappers stay in JAX's process-wide
-table (python/host_callback/_containers.py).  For an equation without our
-callbacks a wrapper calls JAX's rule unchanged, after a cached walk of the
-equation's sub-jaxprs when its outputs are all unused.  This measures the
-time to trace and lower (where DCE runs) a program full of containers
-without callbacks, in fresh processes with and without the wrappers
-installed, alternating.  Running a compiled program is not affected.
+Times trace and lower of a program full of containers, without callbacks,
+in fresh processes with and without the wrappers installed, alternating
+(why and how: bench/README.md).
 
-    .venv/bin/python bench/internals.py [--rounds N]
+    .venv/bin/python bench/dce_wrappers.py [--rounds N]
 """
 
 from __future__ import annotations

@@ -1,0 +1,89 @@
+"""The command line of bench/run.py: every measurement in turn, then
+RESULTS.md and the plots."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tempfile
+import time
+from typing import Sequence
+
+from hcb_bench.backpressure import measure_backpressure
+from hcb_bench.backpressure import worker_main
+from hcb_bench.cases import measure_dispatch
+from hcb_bench.cases import measure_payload
+from hcb_bench.cases import measure_per_step
+from hcb_bench.cases import measure_printing
+from hcb_bench.harness import BENCH_DIR
+from hcb_bench.harness import FULL
+from hcb_bench.harness import SMOKE
+from hcb_bench.harness import Config
+from hcb_bench.harness import progress
+from hcb_bench.native import Native
+from hcb_bench.plots import plot_dispatch
+from hcb_bench.plots import plot_payload
+from hcb_bench.plots import plot_per_step
+from hcb_bench.report import report
+from hcb_bench.targets import Measurements
+from hcb_bench.targets import Target
+from hcb_bench.targets import targets
+
+
+def run(cfg: Config, out_dir: str) -> list[Target]:
+  """Every measurement, then RESULTS.md and the plots in ``out_dir``."""
+  os.makedirs(out_dir, exist_ok=True)
+  start = time.perf_counter()
+  with tempfile.TemporaryDirectory(prefix="hcb-bench-") as build_dir:
+    native = Native(build_dir)
+    progress("1/5 per-step cost in a scan")
+    steps = measure_per_step(cfg, native)
+    progress("2/5 payload sweep")
+    payload = measure_payload(cfg, native)
+    progress("3/5 dispatch")
+    dispatch = measure_dispatch(cfg, native)
+  progress("4/5 printing")
+  printing = measure_printing(cfg)
+  progress("5/5 back-pressure (child process)")
+  m = Measurements(steps, payload, dispatch, printing,
+                   measure_backpressure(cfg))
+  goals = targets(m)
+  plot_per_step(m.steps, os.path.join(out_dir, "per_step.png"))
+  plot_payload(m.payload, os.path.join(out_dir, "payload.png"))
+  plot_dispatch(m.dispatch, os.path.join(out_dir, "dispatch.png"))
+  text = report(cfg, m, goals, time.perf_counter() - start)
+  with open(os.path.join(out_dir, "RESULTS.md"), "w") as f:
+    f.write(text)
+  return goals
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(
+      description="Benchmarks of host_callback against JAX's own callbacks "
+      "(``make bench``).")
+  parser.add_argument("--smoke", action="store_true",
+                      help="a seconds-long run for CI (numbers mean nothing)")
+  parser.add_argument("--out", default=os.path.join(BENCH_DIR, "results"),
+                      help="where RESULTS.md and the plots go")
+  parser.add_argument("--reps", type=int,
+                      help=f"repetitions (default {FULL.reps}; "
+                      f"{SMOKE.reps} with --smoke)")
+  parser.add_argument("--steps", type=int, help="scan length of item 1")
+  parser.add_argument("--backpressure-worker", metavar="CONFIG",
+                      help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.backpressure_worker:
+    return worker_main(args.backpressure_worker)
+  cfg = SMOKE if args.smoke else FULL
+  if args.reps is not None:
+    cfg = dataclasses.replace(cfg, reps=max(1, args.reps))
+  if args.steps is not None:
+    cfg = dataclasses.replace(cfg, steps=max(2, args.steps))
+  goals = run(cfg, args.out)
+  for t in goals:
+    measured = "-" if t.value is None else f"{t.value:.2f}x"
+    progress(f"{t.status}: {t.text} ({measured})")
+  progress(f"wrote {os.path.join(args.out, 'RESULTS.md')}")
+  return 0
+

@@ -1,0 +1,249 @@
+"""RESULTS.md: the machine and versions, one line per target, a table per
+measurement and, for each missed target, the numbers behind it."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import platform
+
+import jax
+import numpy as np
+
+import host_callback as hcb
+
+from hcb_bench.backpressure import BackpressureResult
+from hcb_bench.cases import DispatchResult
+from hcb_bench.cases import PayloadResult
+from hcb_bench.cases import PrintResult
+from hcb_bench.cases import StepResult
+from hcb_bench.harness import Config
+from hcb_bench.harness import MiB
+from hcb_bench.harness import num
+from hcb_bench.harness import size_label
+from hcb_bench.targets import Measurements
+from hcb_bench.targets import Target
+from hcb_bench.targets import part
+from hcb_bench.targets import us
+
+
+def gap_notes(m: Measurements, goals: list[Target]) -> list[str]:
+  """This run's numbers behind each missed target, one line each; the
+  causes are in bench/README.md, "What limits the missed targets"."""
+  missed = {t.key for t in goals if t.status == "NOT MET"}
+  notes = []
+  c = m.cost
+  if missed & {"tap_vs_floor", "native_tap"}:
+    notes.append(
+        f"- **Taps on the device thread**: `id_tap` {us(c('id_tap'))}, "
+        f"native tap {us(c('native_tap'))}, floor {us(c('ffi_empty'))} per "
+        "step; reading an attribute and the device ordinal: "
+        f"{part(c('ffi_copy_attr_ordinal') - c('ffi_copy'))}.")
+  if "native_call" in missed:
+    notes.append(
+        f"- **Native call**: {us(c('native_call'))} per step, floor "
+        f"{us(c('ffi_empty'))}. Over the floor: a result of its own (the "
+        f"copying handler) {part(c('ffi_copy') - c('ffi_empty'))}; the "
+        "`callback_id` attribute, looked up by name, "
+        f"{part(c('ffi_copy_attr') - c('ffi_copy'))}; the rest, the order "
+        "token and libhcb's, "
+        f"{part(c('native_call') - c('ffi_copy_attr'))}. "
+        "`XLA_FFI_DeviceOrdinal_Get`, which it does not call, costs "
+        f"{part(c('ffi_copy_attr_ordinal') - c('ffi_copy_attr'))}.")
+  big = m.payload_at(64 * MiB)
+  if "big_taps" in missed and big is not None:
+    notes.append(
+        f"- **64 MiB taps**: {num(big.tap_e2e.median)} GB/s end to end; "
+        f"malloc + memcpy + free {num(big.fresh_memcpy.median)} GB/s, "
+        f"memcpy into a warm buffer {num(big.memcpy.median)} GB/s.")
+  if "dispatch" in missed:
+    d = {name: r.dispatch.median for name, r in m.dispatch.items()}
+    notes.append(
+        f"- **Dispatch with a tap**: {us(d['`id_tap`'])} per call against "
+        f"{us(d['no callback'])} without a callback; with a native tap "
+        f"{us(d['`id_tap`, native tap'])}, with a native call "
+        f"{us(d['`call`, native call'])}.")
+  return notes
+
+
+def machine() -> str:
+  """CPU model, cores, OS."""
+  model = platform.processor() or "unknown CPU"
+  with contextlib.suppress(OSError):
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          model = line.split(":", 1)[1].strip()
+          break
+  return (f"{model}, {os.cpu_count()} cores, {platform.system()} "
+          f"{platform.release()}")
+
+
+def per_step_table(steps: dict[str, StepResult]) -> list[str]:
+  base = steps["baseline"]
+  rows = ["| variant | device-side µs/step | over baseline | end to end "
+          "µs/step | over baseline | callbacks run |",
+          "|---|---:|---:|---:|---:|---:|"]
+  for key, r in steps.items():
+    if r.diagnostic:
+      continue
+    dev = r.device.map(lambda s: s * 1e6)
+    e2e = r.end_to_end.map(lambda s: s * 1e6)
+    dev_x = r.device.minus(base.device).map(lambda s: s * 1e6)
+    e2e_x = r.end_to_end.minus(base.end_to_end).map(lambda s: s * 1e6)
+    run = "–" if r.delivered is None else f"{r.delivered}/{r.expected}"
+    over = ("–", "–") if key == "baseline" else (dev_x.text(), e2e_x.text())
+    rows.append(f"| {r.label} | {dev.text()} | {over[0]} | {e2e.text()} | "
+                f"{over[1]} | {run} |")
+  return rows
+
+
+def anatomy_table(m: Measurements) -> list[str]:
+  """Device-side cost over the baseline of the FFI handlers and the native
+  callbacks, against the floor."""
+  rows = ["| handler | µs/step over baseline | × floor |", "|---|---:|---:|"]
+  for key in ("ffi_empty", "ffi_copy", "ffi_copy_attr",
+              "ffi_copy_attr_ordinal", "native_call", "native_tap"):
+    rows.append(f"| {m.steps[key].label} | {num(m.cost(key) * 1e6)} | "
+                f"{m.cost_ratio(key, 'ffi_empty') or 0:.2f}× |")
+  return rows
+
+
+def payload_table(payload: list[PayloadResult]) -> list[str]:
+  rows = ["| bytes per tap | taps | `id_tap` device-side GB/s | `id_tap` end "
+          "to end GB/s | native tap end to end GB/s | memcpy GB/s | malloc + "
+          "memcpy + free GB/s | end to end / memcpy | `id_tap` delivered |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  for p in payload:
+    rows.append(
+        f"| {size_label(p.size)} | {p.taps} | {p.tap_device.text()} | "
+        f"{p.tap_e2e.text()} | {p.native_e2e.text()} | {p.memcpy.text()} | "
+        f"{p.fresh_memcpy.text()} | "
+        f"{p.tap_e2e.median / p.memcpy.median:.2f}× | "
+        f"{p.delivered}/{p.expected} |")
+  return rows
+
+
+def dispatch_table(dispatch: dict[str, DispatchResult]) -> list[str]:
+  none = dispatch["no callback"]
+  rows = ["| function | µs per call, last result ready | × no callback | "
+          "µs per call, every callback done | × no callback |",
+          "|---|---:|---:|---:|---:|"]
+  for name, r in dispatch.items():
+    rows.append(
+        f"| {name} | {r.dispatch.map(lambda v: v * 1e6).text()} | "
+        f"{r.dispatch.median / none.dispatch.median:.2f}× | "
+        f"{r.end_to_end.map(lambda v: v * 1e6).text()} | "
+        f"{r.end_to_end.median / none.end_to_end.median:.2f}× |")
+  return rows
+
+
+def printing_section(printing: PrintResult | None, cfg: Config) -> list[str]:
+  if printing is None:
+    return ["id_print not available: this build of host_callback has no "
+            "`id_print`, so nothing was measured."]
+  p = printing
+  return [
+      f"{cfg.prints} prints of an f32[4] per repetition, each into an "
+      "`io.StringIO` (`output_stream=` for `id_print`, `sys.stdout` "
+      "redirected for `jax.debug.print`), end to end (printed and "
+      "written).", "",
+      "| | µs per print | values written | characters written |",
+      "|---|---:|---:|---:|",
+      f"| `id_print` | {p.id_print.map(lambda v: v * 1e6).text()} | "
+      f"{p.id_print_values}/{cfg.prints} | {p.id_print_chars} |",
+      f"| `jax.debug.print` | {p.debug_print.map(lambda v: v * 1e6).text()} "
+      f"| {p.debug_print_values}/{cfg.prints} | {p.debug_print_chars} |",
+  ]
+
+
+def backpressure_section(bp: BackpressureResult) -> list[str]:
+  ms = lambda s: s.map(lambda v: v * 1e3).text()  # noqa: E731
+  consumer = bp.taps * bp.sleep_s
+  return [
+      f"Queue bound {bp.queue_bytes / 1e6:g} MB; {bp.taps} taps of "
+      f"{size_label(bp.tap_bytes)} ({bp.taps * bp.tap_bytes / 1e6:g} MB) per "
+      f"repetition; the slow tap function sleeps {bp.sleep_s * 1e3:g} ms "
+      f"(at least {consumer * 1e3:g} ms of consumer time per repetition).",
+      "",
+      "| | ms |", "|---|---:|",
+      f"| device-side, fast consumer (no pressure) | {ms(bp.fast_device)} |",
+      f"| device-side, slow consumer | {ms(bp.slow_device)} |",
+      f"| producer wait reported by the runtime (`producer_wait_ns`) | "
+      f"{ms(bp.wait)} |",
+      f"| end to end, slow consumer | {ms(bp.slow_e2e)} |",
+      "",
+      f"Producer waits per repetition: {bp.waits.text()}; queue high-water "
+      f"mark {bp.high_water_bytes / 1e6:.2f} MB (bound "
+      f"{bp.queue_bytes / 1e6:g} MB); taps received {bp.received} of "
+      f"{bp.sent} sent, in order in {bp.received_ok} of {bp.reps} "
+      "repetitions.",
+  ]
+
+
+def report(cfg: Config, m: Measurements, goals: list[Target],
+           wall_s: float) -> str:
+  """RESULTS.md."""
+  notes = gap_notes(m, goals)
+  versions = (f"jax {jax.__version__}, jaxlib {jax.lib.__version__}, numpy "
+              f"{np.__version__}, host_callback {hcb.__version__}, Python "
+              f"{platform.python_version()}")
+  lines = [
+      "# host_callback benchmarks", "",
+      f"- Run: {datetime.datetime.now().isoformat(timespec='seconds')}, "
+      f"{'smoke (CI; numbers mean nothing)' if cfg.smoke else 'full'}, "
+      f"{wall_s:.0f} s",
+      f"- Machine: {machine()}; one JAX CPU device",
+      f"- Software: {versions}",
+      f"- Every number is the median of {cfg.reps} repetitions, with "
+      "[min–max]; the repetitions of all variants are interleaved; a ratio "
+      "is the median of the ratios of the repetitions (each measured in "
+      "one round), all within this run.",
+      "- The floor is the empty C FFI handler, shaped like a tap (one "
+      "operand, result aliased, `has_side_effect`); a copying handler "
+      "(one operand, one result, like a native call) is shown next to it.",
+      "", "## Targets", "",
+      *(t.line() for t in goals),
+      "", f"## 1. Per-step cost in a `lax.scan` of {cfg.steps} steps, "
+      "4-byte payload", "",
+      "Device-side: until the scan's result is ready. End to end: until "
+      "every callback has run (`jax.effects_barrier()` and "
+      "`hcb.barrier_wait()`). A step costs (t(N steps) − t(1 step)) / "
+      "(N − 1), so that what a call costs once (dispatch, the barrier) is "
+      "not counted as steps. \"Over baseline\" subtracts the empty step, "
+      "repetition by repetition. Callbacks run counts the one-step runs "
+      "too.", "",
+      *per_step_table(m.steps), "",
+      "![per-step cost](per_step.png)", "",
+      "What a handler pays for (device-side medians; the copying handlers "
+      "have a result of their own, like `hcb_call`, and read what it reads "
+      "from XLA on every call):", "",
+      *anatomy_table(m), "",
+      "## 2. Payload sweep for taps", "",
+      "GB/s = bytes tapped / seconds (1 GB = 1e9 B), for a scan of taps of "
+      "its donated carry. memcpy: into a warm buffer; malloc + memcpy + "
+      "free: one copy into fresh memory, as a tap record makes.", "",
+      *payload_table(m.payload), "",
+      "![payload sweep](payload.png)", "",
+      "## 3. Dispatch", "",
+      f"`jnp.sin(x) * 2 + 1` on f32[16], {cfg.dispatch_calls} calls per "
+      "repetition in interleaved blocks of calls back to back, each timed "
+      "until its last result is ready (the dispatch target uses this) and "
+      "until every callback has run as well. The callback "
+      "counts its calls; the native rows show how much of a cost is "
+      "Python's.", "",
+      *dispatch_table(m.dispatch), "",
+      "![dispatch](dispatch.png)", "",
+      "## 4. Printing", "",
+      *printing_section(m.printing, cfg), "",
+      "## 5. Back-pressure", "",
+      *backpressure_section(m.backpressure), "",
+  ]
+  if notes:
+    lines += ["## What limits the missed targets", "",
+              "This run's numbers for each missed target; what limits it, "
+              "as profiles of these loops showed, and what was tried are in "
+              "bench/README.md under the same names.", "", *notes, ""]
+  return "\n".join(lines)
+

@@ -1,0 +1,147 @@
+"""The targets of issue 8, each a ratio of two things this run measured
+(the list and what each ratio compares: bench/README.md, "Targets")."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hcb_bench.backpressure import BackpressureResult
+from hcb_bench.cases import DispatchResult
+from hcb_bench.cases import PayloadResult
+from hcb_bench.cases import PrintResult
+from hcb_bench.cases import StepResult
+from hcb_bench.harness import MiB
+from hcb_bench.harness import Sample
+from hcb_bench.harness import num
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurements:
+  """Everything one run measured."""
+
+  steps: dict[str, StepResult]
+  payload: list[PayloadResult]
+  dispatch: dict[str, DispatchResult]
+  printing: PrintResult | None
+  backpressure: BackpressureResult
+
+  def excess(self, key: str, e2e: bool = False) -> Sample:
+    """Seconds per scan step of variant ``key`` over the baseline,
+    device-side or end to end."""
+    base, r = self.steps["baseline"], self.steps[key]
+    return (r.end_to_end.minus(base.end_to_end) if e2e
+            else r.device.minus(base.device))
+
+  def cost(self, key: str, e2e: bool = False) -> float:
+    """The median of :meth:`excess`."""
+    return self.excess(key, e2e).median
+
+  def cost_ratio(self, key: str, other: str, e2e: bool = False
+                 ) -> float | None:
+    """Per-step cost of ``key`` over that of ``other`` (paired)."""
+    return self.excess(key, e2e).ratio(self.excess(other, e2e))
+
+  def payload_at(self, size: int) -> PayloadResult | None:
+    return next((p for p in self.payload if p.size == size), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """One target of issue 8 and what this run measured for it."""
+
+  key: str             # names the target in report.gap_notes
+  text: str            # the target, e.g. "native call ≤ 1.3× the floor"
+  value: float | None  # the measured ratio; None when not measured
+  limit: float
+  at_least: bool       # the ratio must be >= limit (else <= limit)
+  detail: str          # the numbers behind the ratio, or why not measured
+
+  @property
+  def status(self) -> str:
+    if self.value is None:
+      return "NOT MEASURED"
+    ok = self.value >= self.limit if self.at_least else self.value <= self.limit
+    return "met" if ok else "NOT MET"
+
+  def line(self) -> str:
+    # two decimals, or three where a miss would round onto the limit
+    digits = 3 if self.status == "NOT MET" and round(
+        self.value or 0.0, 2) == round(self.limit, 2) else 2
+    measured = ("not measured" if self.value is None
+                else f"measured **{self.value:.{digits}f}×**")
+    return f"- **{self.status}** — {self.text}: {measured} ({self.detail})"
+
+
+def us(seconds: float) -> str:
+  return f"{num(seconds * 1e6)} µs"
+
+
+def part(seconds: float) -> str:
+  """A difference of two medians: ``us``, or "nothing measurable"."""
+  return us(seconds) if seconds > 0.0005e-6 else "nothing measurable"
+
+
+def targets(m: Measurements) -> list[Target]:
+  """Every target.  Ratios are medians of the per-repetition ratios; the
+  numbers beside them are medians.  Per-step costs are over the baseline;
+  the floor is the empty FFI handler."""
+  cost, rel = m.cost, m.cost_ratio
+  floor = cost("ffi_empty")
+  tap, tap_e2e = cost("id_tap"), cost("id_tap", e2e=True)
+  io_e2e = cost("io_ordered", e2e=True)
+  out = [
+      Target("tap_vs_debug",
+             "`id_tap` device-side per-step cost ≤ 0.1× "
+             "`jax.debug.callback`'s", rel("id_tap", "debug_callback"), 0.1,
+             False, f"{us(tap)} vs {us(cost('debug_callback'))}"),
+      Target("tap_vs_floor",
+             "`id_tap` device-side per-step cost ≤ 2× the empty-FFI floor",
+             rel("id_tap", "ffi_empty"), 2.0, False,
+             f"{us(tap)} vs {us(floor)}"),
+      Target("tap_throughput",
+             "Python taps end to end ≥ 3× the throughput of "
+             "`io_callback(ordered=True)`",
+             rel("io_ordered", "id_tap", e2e=True), 3.0, True,
+             f"{us(tap_e2e)} vs {us(io_e2e)} per callback, end to end"),
+      Target("call_vs_pure",
+             "`call` with a Python function ≤ 0.5× `jax.pure_callback` per "
+             "call", rel("call", "pure_callback"), 0.5, False,
+             f"{us(cost('call'))} vs {us(cost('pure_callback'))}"),
+      Target("native_call", "native call ≤ 1.3× the floor",
+             rel("native_call", "ffi_empty"), 1.3, False,
+             f"{us(cost('native_call'))} vs {us(floor)}; "
+             f"{rel('native_call', 'ffi_copy') or 0:.2f}× the copying "
+             "handler"),
+      Target("native_tap", "native tap ≤ 1.5× the floor (device-side)",
+             rel("native_tap", "ffi_empty"), 1.5, False,
+             f"{us(cost('native_tap'))} vs {us(floor)}"),
+  ]
+  big = m.payload_at(64 * MiB)
+  out.append(Target(
+      "big_taps", "64 MiB taps ≥ 0.7× memcpy bandwidth (end to end)",
+      None if big is None else big.tap_e2e.ratio(big.memcpy), 0.7, True,
+      "64 MiB not in this run's sizes" if big is None else
+      f"{num(big.tap_e2e.median)} GB/s vs {num(big.memcpy.median)} GB/s"))
+  none, tapped = m.dispatch["no callback"], m.dispatch["`id_tap`"]
+  out.append(Target(
+      "dispatch", "a jitted function with a tap dispatches within 1.2× of "
+      "the same function without", tapped.dispatch.ratio(none.dispatch), 1.2,
+      False, f"{us(tapped.dispatch.median)} vs {us(none.dispatch.median)} "
+      "per call"))
+  text = "`id_print` ≥ 5× faster than `jax.debug.print`"
+  if m.printing is None:
+    out.append(Target("print", text, None, 5.0, True,
+                      "id_print not available"))
+  else:
+    mine, theirs = m.printing.id_print, m.printing.debug_print
+    out.append(Target("print", text, theirs.ratio(mine), 5.0, True,
+                      f"{us(mine.median)} vs {us(theirs.median)} per print, "
+                      "end to end"))
+  bp = m.backpressure
+  out.append(Target(
+      "lossless", "back-pressure loses nothing: every tap received, in order",
+      bp.received / bp.sent if bp.received_ok == bp.reps else 0.0, 1.0, True,
+      f"received/sent; {bp.received} of {bp.sent} taps, in order in "
+      f"{bp.received_ok} of {bp.reps} repetitions"))
+  return out
+
