@@ -110,9 +110,11 @@ test-install: setup
 
 # ---- type checks ([tool.mypy] in pyproject.toml) ---------------------------
 # The package as pip installed it in .venv (its modules, _hcb.pyi, py.typed),
-# then, strictly, a user program that uses every example of README.md.
+# the benchmark harness, then, strictly, a user program that uses every
+# example of README.md.
 typecheck: install
 	$(PY) -m mypy -p host_callback
+	$(PY) -m mypy bench/
 	$(PY) -m mypy --strict tests/typing/readme_examples.py
 
 # ---- benchmarks (bench/README.md) -------------------------------------------

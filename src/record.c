@@ -43,7 +43,7 @@
 enum { POOL_NONE, POOL_ARENA, POOL_LARGE };
 
 #define ARENA_BYTES      ((size_t)64 << 10)
-#define ARENA_RECORD_MAX 4096 /* python/_hcb/bridge.c copies up to this */
+#define ARENA_RECORD_MAX HCB_RECORD_SHARED_MAX /* bridge.c copies those */
 #define ARENA_KEEP       64
 #define ARENA_OPEN       (SIZE_MAX / 2) /* see arena_release */
 #define LARGE_MIN        ((size_t)1 << 20)

@@ -223,9 +223,11 @@ HCB_API int hcb_record_create(uint64_t callback_id, hcb_device device,
                               hcb_record **out, hcb_error *err);
 
 /* Reference counting; thread-safe.  release(NULL) does nothing.  A record
- * of up to 4 KiB shares a 64 KiB block with the records made before and
- * after it on its thread, and keeping it keeps that block: copy out what a
- * tap function keeps for long rather than retain many small records. */
+ * of up to HCB_RECORD_SHARED_MAX bytes (hcb_record_size) shares a 64 KiB
+ * block with the records made before and after it on its thread, and
+ * keeping it keeps that block: copy out what a tap function keeps for long
+ * rather than retain many small records. */
+#define HCB_RECORD_SHARED_MAX 4096
 HCB_API void hcb_record_retain(hcb_record *rec);
 HCB_API void hcb_record_release(hcb_record *rec);
 

@@ -141,11 +141,6 @@ hcb_py_array_view(PyObject *descr, int rank, const int64_t *dims, void *data,
     return arr;
 }
 
-/* Records up to this size are carved from an arena that they keep alive
- * as a whole (src/record.c, ARENA_RECORD_MAX): their arrays are copied, so
- * a kept array holds only its own bytes.  Larger records are not copied:
- * the arrays point into the record, which lives as long as they do. */
-#define COPY_MAX 4096
 
 /* An array of `a`'s data: over it, kept alive by `owner`, or a copy when
  * `owner` is NULL or the type is packed (sub-byte types: numpy keeps one
@@ -193,7 +188,11 @@ hcb_py_arrays_of(hcb_state *st, hcb_record *rec)
         return NULL;
     if (n == 0)
         return tuple;
-    if (hcb_record_size(rec) > COPY_MAX &&
+    /* A record of up to HCB_RECORD_SHARED_MAX bytes keeps a whole shared
+     * block alive (hcb.h): its arrays are copied, so a kept array holds
+     * only its own bytes.  A larger record is not copied: the arrays point
+     * into it, and it lives as long as they do. */
+    if (hcb_record_size(rec) > HCB_RECORD_SHARED_MAX &&
         (owner = owner_new(st, rec)) == NULL) {
         Py_DECREF(tuple);
         return NULL;
