@@ -3,7 +3,7 @@
 #include "testutil.h"
 
 #include "frame.h"
-#include "platform.h"
+#include "ffi/platform.h"
 
 static hcb_runtime *rt;
 static tu_sink *sink;

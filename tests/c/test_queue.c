@@ -2,7 +2,7 @@
  * wait_done, close. */
 #include "testutil.h"
 
-#include "queue.h"
+#include "runtime/queue.h"
 
 typedef struct consumer_ctx {
     hcb__queue *q;

@@ -1,7 +1,7 @@
 /* test_record.c - one allocation, one copy, validation, refcounts, OOM. */
 #include "testutil.h"
 
-#include "record.h"
+#include "runtime/record.h"
 
 static void
 test_copies_arrays_aligned(void **state)

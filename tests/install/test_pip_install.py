@@ -107,7 +107,7 @@ def test_sdist_carries_the_docs_and_builds_a_wheel(
     names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
   for needed in ("LICENSE", "README.md", "pyproject.toml", "CMakeLists.txt",
                  "docs/c_api.md", "docs/runtime.md", "include/hcb/hcb.h",
-                 "src/runtime.c", "python/_hcb/module.c",
+                 "src/runtime/runtime.c", "python/_hcb/module.c",
                  "python/host_callback/__init__.py",
                  "python/host_callback/_hcb.pyi"):
     assert needed in names, f"{needed} is missing from {sdist.name}"

@@ -87,7 +87,7 @@
  */
 #include <sched.h>
 
-#include "queue.h"
+#include "runtime/queue.h"
 
 /* How long an idle consumer polls before it sleeps, in pauses: 5 us to
  * 100 us, as a pause takes 1 to 26 ns depending on the processor. */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "record.h"
+#include "runtime/record.h"
 
 /* ---- record memory -----------------------------------------------------
  *

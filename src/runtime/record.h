@@ -17,7 +17,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "common.h"
+#include "base/common.h"
 
 #define HCB__PAYLOAD_ALIGN _Alignof(max_align_t)
 

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common.h"
+#include "base/common.h"
 
 static void
 die(const char *what, int rc)

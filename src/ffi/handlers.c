@@ -11,9 +11,9 @@
  * results.  Errors come back through `err` and fail the computation with
  * "<target>: <message>" (hcb_ffi_run_ctx).
  */
-#include "platform.h"
-#include "record.h"
-#include "runtime.h"
+#include "ffi/platform.h"
+#include "runtime/record.h"
+#include "runtime/runtime.h"
 
 #define STACK_ARRAYS 16
 

@@ -79,7 +79,7 @@
 #ifndef HCB_RUNTIME_H
 #define HCB_RUNTIME_H
 
-#include "queue.h"
+#include "runtime/queue.h"
 
 /* Calls under jit over sharded operands run on one device, and every
  * device continues into the collectives that spread the result: a failure

@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "runtime.h"
+#include "runtime/runtime.h"
 
 const target *
 hcb__target_get(hcb_runtime *rt, uint64_t id)

@@ -16,7 +16,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "dragon4.h"
+#include "print/dragon4.h"
 
 /* ---- big unsigned integers ------------------------------------------------
  */

@@ -10,7 +10,7 @@
  * And the parking of failures of calls under jit over sharded operands
  * (hcb__sharded_fail/take, runtime.h).
  */
-#include "runtime.h"
+#include "runtime/runtime.h"
 
 /* Before a call on `ch`'s device: delivers the taps that device issued
  * earlier.  Warns when that takes long: the likely cause is a tap function

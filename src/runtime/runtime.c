@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "queue.h"
-#include "runtime.h"
+#include "runtime/queue.h"
+#include "runtime/runtime.h"
 
 /* ---- errors and the log ---------------------------------------------- */
 

@@ -23,8 +23,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common.h"
-#include "dragon4.h"
+#include "base/common.h"
+#include "print/dragon4.h"
 
 _Static_assert(HCB_PRINT_MAX_PRECISION == HCB__D4_MAX_PRECISION,
                "the printer's precision bound is dragon4's");

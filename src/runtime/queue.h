@@ -6,7 +6,7 @@
 #ifndef HCB_QUEUE_H
 #define HCB_QUEUE_H
 
-#include "record.h"
+#include "runtime/record.h"
 
 /* The fields are grouped by who writes them, each group on cache lines
  * of its own (the pads), so that a producer and the consumer share a line

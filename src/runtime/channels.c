@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime.h"
+#include "runtime/runtime.h"
 
 HCB__TLS channel *hcb__consumer;
 

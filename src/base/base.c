@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "base/common.h"
 
 #define HCB__STR2(x) #x
 #define HCB__STR(x)  HCB__STR2(x)

@@ -7,9 +7,9 @@
  */
 #include <string.h>
 
-#include "platform.h"
-#include "record.h"
-#include "runtime.h"
+#include "ffi/platform.h"
+#include "runtime/record.h"
+#include "runtime/runtime.h"
 
 /* The only CPU device's ordinal when the runtime knows there is one
  * (hcb_runtime_set_only_cpu_device: it saves asking XLA), else XLA's. */
