@@ -63,7 +63,7 @@
  * its bytes with a compare-and-swap, so concurrent producers never
  * overshoot together.  Waiting is what makes a full queue slow the device
  * down (back-pressure); nothing is dropped.  A producer that has waited
- * `stall_ns` calls `stall_fn` once (runtime.c warns: a tap function that
+ * `stall_ns` calls `stall_fn` once (channels.c warns: a tap function that
  * runs a computation on the waiting device deadlocks), with `mu` released,
  * and waits on.
  *
@@ -74,15 +74,15 @@
  * queue is empty, then marks itself inactive, checks `pushed` once more
  * (a record that came in the meantime is drained first) and returns NULL.
  * A producer reads `consumer_active` after its count: one that sees it
- * false has runtime.c start a new consumer, after the stop that closed the
- * queue has joined the old one (runtime.c's lifecycle lock).
+ * false has channels.c start a new consumer, after the stop that closed the
+ * queue has joined the old one (the channel's lifecycle lock).
  *
  * Fork.  A child has none of the threads: runtime.c resets its queues
  * (hcb__queue_reset_after_fork) to empty, consumer-less and unlocked; the
  * parent's records stay the parent's.
  *
  * Locks.  `mu` guards only sleeping and waiting; no other lock is taken
- * while holding it (runtime.c takes its lifecycle lock *before* it), and no
+ * while holding it (channels.c takes the lifecycle lock *before* it), and no
  * callback (`stall_fn`) is called while holding it.
  */
 #include <sched.h>

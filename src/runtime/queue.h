@@ -1,6 +1,6 @@
 /*
  * queue.h - a FIFO of records bounded in bytes, pushed without a lock.
- * Used by runtime.c, one queue per device.  See the DESIGN comment in
+ * Used by channels.c, one queue per device.  See the DESIGN comment in
  * queue.c.
  */
 #ifndef HCB_QUEUE_H
@@ -115,7 +115,8 @@ void hcb__queue_wait_done(hcb__queue *q);
 uint64_t hcb__queue_mark(hcb__queue *q);
 bool hcb__queue_wait_mark(hcb__queue *q, uint64_t mark, uint64_t deadline_ns);
 
-/* Consumer lifecycle, driven by runtime.c under its lifecycle lock. */
+/* Consumer lifecycle, driven by channels.c under the channel's
+ * lifecycle lock. */
 void hcb__queue_set_consumer_active(hcb__queue *q, bool active);
 void hcb__queue_close(hcb__queue *q);
 void hcb__queue_reopen(hcb__queue *q);

@@ -14,8 +14,7 @@
  * any threads.  Barrier and stop callers are any threads except consumers
  * of the runtime (which get HCB_EDEADLK: they would wait for themselves).
  *
- * Locks, in the order they may be taken (every mutex of libhcb and of the
- * extension is here):
+ * Locks, in the order they may be taken (every mutex of libhcb is here):
  *   0. runtimes_mu         (runtime.c) the list of runtimes, for fork;
  *                          taken alone, or before 5 and 6 at fork
  *   1. channel->lifecycle  starting and joining that channel's thread
