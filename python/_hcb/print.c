@@ -1,5 +1,5 @@
 /*
- * print.c - id_print: each record formatted by libhcb's printer (src/print.c)
+ * print.c - id_print: each record formatted by libhcb's printer (src/print/)
  * on the device's consumer thread, without the GIL; the GIL is taken only
  * to write the finished text to the Python stream.
  *

@@ -12,7 +12,7 @@ Each tap writes up to two chunks, each with ``output_stream.write(s +
   each array exactly as ``numpy.array2string(a, threshold=threshold)``
   prints it.
 
-The arrays are formatted by libhcb's printer (src/print.c) on the device's
+The arrays are formatted by libhcb's printer (src/print/) on the device's
 consumer thread, without the GIL; the GIL is taken only to write.  What
 stays fixed for a tap site is prepared once, when it is traced: the layout
 of the value (from its treedef), the ``k: v`` line (the keyword values are
