@@ -22,6 +22,7 @@
 #define HCB_HCB_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -506,6 +507,14 @@ typedef struct hcb_print_options {
         sizeof(hcb_print_options), 1000, 3, 75, 8, HCB_FLOATMODE_MAXPREC, '-', \
             0, "nan", "inf", 80                                                \
     }
+
+/* Whether hcb_format_array and hcb_format_value print arrays of `dtype`
+ * (true for bool, the integers, float16/32/64, complex64/128, bfloat16 and
+ * the sub-byte types); for any other (the float8 types) they return
+ * HCB_EUNIMPL.  The one answer to which dtypes the printer prints: Python's
+ * id_print asks it (through register_print) before it registers a C
+ * printing target.  Thread-safe. */
+HCB_API bool hcb_print_supports(hcb_dtype dtype);
 
 /* Formats one array as numpy.array2string(a) does with these options (NULL:
  * the defaults) and the installed numpy 2.x: bool, integers, float16/32/64,

@@ -89,8 +89,8 @@ typedef struct hcb_py_buffer_target {
     PyObject *context_type; /* borrowed: ExecutionContext(device) */
 } hcb_py_buffer_target;
 
-/* An id_print target (print.c): the site's func is the Printer, called
- * (like a Python tap) only for what the C printer cannot print.  The
+/* An id_print target (print.c), registered only when libhcb's printer
+ * prints every dtype of the value: the site's func is the Printer.  The
  * strings all live in `strings`. */
 typedef struct hcb_py_print_target {
     hcb_py_target base;
@@ -202,11 +202,27 @@ PyObject *hcb_py_run_call(hcb_state *st, PyObject *args);
 int hcb_py_print(void *user, hcb_record *rec, hcb_error *err);
 /* Makes the print lock new in the child of a fork (once per process). */
 void hcb_py_print_install_fork_handler(void);
-/* Fills the print fields of `t` from register_print's arguments (nodes,
- * kv_before, kv_after, devices, options, stream); -1 with an exception. */
-int hcb_py_print_setup(hcb_py_print_target *t, PyObject *args);
+/* register_print's keyword arguments but the site and its name, all
+ * borrowed for the call (module.c parses them, print.c reads them). */
+typedef struct hcb_py_print_args {
+    PyObject *nodes;     /* sequence of (kind, count, key, text) */
+    PyObject *kv_before; /* str */
+    PyObject *kv_after;  /* str */
+    int with_device;
+    PyObject *devices; /* tuple of (device key, name) */
+    PyObject *options; /* numpy's print options as a tuple */
+    PyObject *stream;  /* None: sys.stdout */
+    PyObject *dtypes;  /* sequence of the value's leaf dtype codes */
+} hcb_py_print_args;
+/* 1 when libhcb's printer prints every dtype code of `dtypes`, 0 when not
+ * (the site is then a Python tap: register_print registers nothing), -1
+ * with an exception. */
+int hcb_py_print_supports_all(PyObject *dtypes);
+/* Fills the print fields of `t` from register_print's arguments; -1 with
+ * an exception. */
+int hcb_py_print_setup(hcb_py_print_target *t, const hcb_py_print_args *a);
 void hcb_py_print_clear(hcb_py_print_target *t);
-/* format_value(nodes, arrays, options) -> str */
+/* format_value(nodes, arrays, options[, text_of]) -> str */
 PyObject *hcb_py_format_value(hcb_state *st, PyObject *args);
 /* print_write(stream, texts): writes each text and a newline, under the
  * lock that keeps the records of several devices apart. */

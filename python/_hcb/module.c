@@ -296,43 +296,46 @@ hcb_register_buffer_callback(PyObject *module, PyObject *args)
     return call_target_registered(&t->base, hcb_py_buffer_call);
 }
 
-/* register_print(site, name, nodes, kv_before, kv_after, with_device,
- * devices, options, stream) -> int: id_print's target for a TapSite whose
- * func is a host_callback._print.Printer (see print.c). */
+/* register_print(*, site, name, nodes, kv_before, kv_after, with_device,
+ * devices, options, stream, dtypes) -> int | None: id_print's target for a
+ * TapSite whose func is a host_callback._print.Printer (see print.c), or
+ * None, with nothing registered, when libhcb's printer does not print one
+ * of `dtypes` (the codes of the value's leaves). */
 static PyObject *
-hcb_register_print(PyObject *module, PyObject *args)
+hcb_register_print(PyObject *module, PyObject *args, PyObject *kwargs)
 {
+    /* Python before 3.13 takes char **: the cast keeps -Wwrite-strings. */
+    static const char *keywords[] = {
+        "site",    "name",    "nodes",  "kv_before", "kv_after", "with_device",
+        "devices", "options", "stream", "dtypes",    NULL};
     hcb_py_print_target *t;
-    PyObject *site, *rest;
+    hcb_py_print_args a;
+    PyObject *site;
     const char *name;
     Py_ssize_t name_len;
     uint64_t id = 0;
     hcb_error err;
     int rc;
 
-    if (PyTuple_GET_SIZE(args) != 9) {
-        PyErr_SetString(PyExc_TypeError, "register_print takes 9 arguments");
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwargs, "$O!s#OUUpO!OOO:register_print", (char **)keywords,
+            &PyTuple_Type, &site, &name, &name_len, &a.nodes, &a.kv_before,
+            &a.kv_after, &a.with_device, &PyTuple_Type, &a.devices, &a.options,
+            &a.stream, &a.dtypes))
         return NULL;
-    }
-    site = PyTuple_GET_ITEM(args, 0);
-    name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(args, 1), &name_len);
-    if (name == NULL)
+    rc = hcb_py_print_supports_all(a.dtypes);
+    if (rc < 0)
         return NULL;
-    if (!PyTuple_Check(site)) {
-        PyErr_SetString(PyExc_TypeError, "site must be a TapSite");
-        return NULL;
-    }
+    if (rc == 0)
+        Py_RETURN_NONE;
     t = target_new(module, site, HCB_PY_PRINT, name, name_len, sizeof *t);
     if (t == NULL)
         return NULL;
-    rest = PyTuple_GetSlice(args, 2, 9);
-    if (rest == NULL || hcb_py_print_setup(t, rest) < 0) {
-        Py_XDECREF(rest);
+    if (hcb_py_print_setup(t, &a) < 0) {
         hcb_py_print_clear(t);
         target_free(&t->base);
         return NULL;
     }
-    Py_DECREF(rest);
     rc = register_tap_target(&t->base, hcb_py_print, &id, &err);
     if (rc != HCB_OK)
         hcb_py_print_clear(t);
@@ -751,9 +754,11 @@ static PyMethodDef hcb_methods[] = {
     {"register_buffer_callback", hcb_register_buffer_callback, METH_VARARGS,
      "register_buffer_callback(site, name) -> id: a Python buffer "
      "callback."},
-    {"register_print", hcb_register_print, METH_VARARGS,
-     "register_print(site, name, nodes, kv_before, kv_after, with_device, "
-     "devices, options, stream) -> id: id_print's C target."},
+    {"register_print", (PyCFunction)(void (*)(void))hcb_register_print,
+     METH_VARARGS | METH_KEYWORDS,
+     "register_print(*, site, name, nodes, kv_before, kv_after, with_device, "
+     "devices, options, stream, dtypes) -> id, or None when the C printer "
+     "does not print one of dtypes."},
     {"format_value", hcb_format_value_fn, METH_VARARGS,
      "format_value(nodes, arrays, options) -> str: the C printer."},
     {"print_write", hcb_print_write_fn, METH_VARARGS,

@@ -1,5 +1,5 @@
 /*
- * print.c - id_print: each record formatted by libhcb's printer (src/print.c)
+ * print.c - id_print: each record formatted by libhcb's printer (src/print/)
  * on the device's consumer thread, without the GIL; the GIL is taken only
  * to write the finished text to the Python stream.
  *
@@ -8,8 +8,11 @@
  * from the treedef by host_callback/_print.py), the "k: v" line (kwargs,
  * transforms) split around the device's name, the names of the devices,
  * numpy's print options taken when the function was traced, and the stream.
- * A value the C printer cannot print (a dtype it does not know) goes to the
- * site's Python Printer instead, like any Python tap.
+ * Whether the C printer prints the value is decided there, once, by libhcb
+ * (hcb_print_supports on each leaf's dtype): when it does not (the float8
+ * types), register_print registers nothing and host_callback/_print.py
+ * registers the site as a Python tap, whose Printer formats with numpy.  A
+ * record of this target is therefore always one the C printer prints.
  *
  * A stream whose write fails (a closed pipe, a closed file) is broken for
  * good: the first failure is reported like a failed tap (logged once,
@@ -216,18 +219,44 @@ parse_options(PyObject *t, hcb_print_options *o)
 }
 
 int
-hcb_py_print_setup(hcb_py_print_target *t, PyObject *args)
+hcb_py_print_supports_all(PyObject *dtypes)
 {
-    PyObject *nodes, *before, *after, *devices, *options, *stream, *seq;
+    PyObject *seq = PySequence_Fast(dtypes, "dtypes must be a sequence");
+    Py_ssize_t i;
+    int all = 1;
+
+    if (seq == NULL)
+        return -1;
+    for (i = 0; all && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        long code = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+
+        if (code == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        all = code > 0 && code < HCB_PY_NDTYPES &&
+              hcb_print_supports((hcb_dtype)code);
+    }
+    Py_DECREF(seq);
+    return all;
+}
+
+int
+hcb_py_print_setup(hcb_py_print_target *t, const hcb_py_print_args *a)
+{
+    PyObject *nodes = a->nodes, *before = a->kv_before, *after = a->kv_after;
+    PyObject *devices = a->devices, *stream = a->stream, *seq;
     Py_ssize_t extra, i, nd;
-    int with_device;
     char *pos;
 
-    if (!PyArg_ParseTuple(args, "OUUpO!OO:register_print", &nodes, &before,
-                          &after, &with_device, &PyTuple_Type, &devices,
-                          &options, &stream))
+    if (!PyUnicode_Check(before) || !PyUnicode_Check(after) ||
+        !PyTuple_Check(devices)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "register_print: kv_before and kv_after are str, "
+                        "devices a tuple");
         return -1;
-    if (parse_options(options, &t->opts) < 0)
+    }
+    if (parse_options(a->options, &t->opts) < 0)
         return -1;
     nd = PyTuple_GET_SIZE(devices);
     extra = str_size(before) + str_size(after);
@@ -274,7 +303,7 @@ hcb_py_print_setup(hcb_py_print_target *t, PyObject *args)
             return -1;
     }
     t->ndevices = (size_t)nd;
-    t->with_device = with_device;
+    t->with_device = a->with_device;
     if (stream != Py_None) {
         Py_INCREF(stream);
         t->stream = stream;
@@ -381,8 +410,6 @@ hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
     rc = format_text(t->nodes, t->nnodes, hcb_record_args(rec),
                      hcb_record_nargs(rec), &t->opts, stack, &heap, &text, &len,
                      err);
-    if (rc == HCB_EUNIMPL) /* a dtype only numpy prints: the Python path */
-        return hcb_py_tap(user, rec, err);
     if (rc != HCB_OK) {
         free(heap);
         return rc;
@@ -434,22 +461,60 @@ hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
 /* ---- module functions ------------------------------------------------------
  */
 
+/* With text_of given: each array node whose array libhcb's printer does not
+ * print (hcb_print_supports) becomes a text node with text_of(array), and
+ * its view leaves `views`; returns the count of views left, or -1 with an
+ * exception.  The texts are kept alive in `texts`. */
+static Py_ssize_t
+texts_for_unprinted(hcb_print_node *nodes, size_t nnodes, PyObject *aseq,
+                    hcb_array *views, Py_ssize_t n, PyObject *text_of,
+                    PyObject *texts)
+{
+    Py_ssize_t k = 0, kept = 0;
+    size_t i;
+
+    for (i = 0; i < nnodes && k < n; i++) {
+        PyObject *text;
+
+        if (nodes[i].kind != HCB_PRINT_ARRAY)
+            continue;
+        if (hcb_print_supports(views[k].dtype)) {
+            views[kept++] = views[k++];
+            continue;
+        }
+        text = PyObject_CallOneArg(text_of, PySequence_Fast_GET_ITEM(aseq, k));
+        if (text == NULL || PyList_Append(texts, text) < 0) {
+            Py_XDECREF(text);
+            return -1;
+        }
+        Py_DECREF(text);
+        nodes[i].kind = HCB_PRINT_TEXT;
+        nodes[i].text = PyUnicode_AsUTF8(text); /* alive in texts */
+        if (nodes[i].text == NULL)
+            return -1;
+        k++;
+    }
+    while (k < n) /* more arrays than nodes: hcb_format_value says so */
+        views[kept++] = views[k++];
+    return kept;
+}
+
 PyObject *
 hcb_py_format_value(hcb_state *st, PyObject *args)
 {
     PyObject *nodes_obj, *arrays_obj, *options, *nseq = NULL, *aseq = NULL;
-    PyObject **keep = NULL, *result = NULL;
+    PyObject **keep = NULL, *result = NULL, *text_of = Py_None, *texts = NULL;
     hcb_print_node *nodes = NULL;
     hcb_array *views = NULL;
     hcb_print_options opts;
     size_t nnodes = 0, len = 0;
-    Py_ssize_t n = 0, i;
+    Py_ssize_t n = 0, nviews, i;
     char stack[STACK_TEXT], *pos, *heap = NULL, *text = NULL;
     hcb_error err;
     int rc;
 
-    if (!PyArg_ParseTuple(args, "OOO:format_value", &nodes_obj, &arrays_obj,
-                          &options) ||
+    if (!PyArg_ParseTuple(args, "OOO|O:format_value", &nodes_obj, &arrays_obj,
+                          &options, &text_of) ||
         parse_options(options, &opts) < 0)
         return NULL;
     nseq = PySequence_Fast(nodes_obj, "print nodes must be a sequence");
@@ -467,8 +532,18 @@ hcb_py_format_value(hcb_state *st, PyObject *args)
     }
     if (hcb_py_views_of(st, aseq, views, keep, n, 0) < 0)
         goto done;
+    nviews = n;
+    if (text_of != Py_None) {
+        texts = PyList_New(0);
+        if (texts == NULL)
+            goto done;
+        nviews =
+            texts_for_unprinted(nodes, nnodes, aseq, views, n, text_of, texts);
+        if (nviews < 0)
+            goto done;
+    }
     Py_BEGIN_ALLOW_THREADS;
-    rc = format_text(nodes, nnodes, views, (size_t)n, &opts, stack, &heap,
+    rc = format_text(nodes, nnodes, views, (size_t)nviews, &opts, stack, &heap,
                      &text, &len, &err);
     Py_END_ALLOW_THREADS;
     if (rc != HCB_OK)
@@ -482,6 +557,7 @@ done:
     PyMem_Free(keep);
     PyMem_Free(views);
     PyMem_RawFree(nodes);
+    Py_XDECREF(texts);
     Py_XDECREF(nseq);
     Py_XDECREF(aseq);
     return result;

@@ -143,19 +143,26 @@ def wait_unused(timeout_s: float, /) -> None:
 def notify_unused() -> None:
   """Wakes wait_unused."""
 
-def register_print(site: TapSite, name: str, nodes: Sequence[_PrintNode],
+def register_print(*, site: TapSite, name: str, nodes: Sequence[_PrintNode],
                    kv_before: str, kv_after: str, with_device: bool,
                    devices: tuple[tuple[int, str], ...],
                    options: _PrintOptions,
-                   stream: SupportsWrite[str] | None, /) -> int:
+                   stream: SupportsWrite[str] | None,
+                   dtypes: Sequence[int]) -> int | None:
   """Registers id_print's C target for ``site`` (whose func is a
-  host_callback._print.Printer); returns its id.  ``devices`` are (device
-  key, name) pairs; ``stream`` None means ``sys.stdout``."""
+  host_callback._print.Printer); returns its id, or None, registering
+  nothing, when libhcb's printer does not print one of ``dtypes`` (the
+  codes of the value's leaves; it decides, ``hcb_print_supports``).
+  ``devices`` are (device key, name) pairs; ``stream`` None means
+  ``sys.stdout``."""
 
 def format_value(nodes: Sequence[_PrintNode],
                  arrays: Sequence[npt.ArrayLike],
-                 options: _PrintOptions, /) -> str:
-  """The text of one value, laid out by ``nodes``, by the C printer."""
+                 options: _PrintOptions,
+                 text_of: Callable[[Any], str] | None = None, /) -> str:
+  """The text of one value, laid out by ``nodes``, by the C printer; with
+  ``text_of``, an array whose dtype the C printer does not print is
+  ``text_of(array)`` instead of an error."""
 
 def print_write(stream: SupportsWrite[str] | None, texts: tuple[str, ...],
                 /) -> None:

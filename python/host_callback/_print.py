@@ -12,15 +12,23 @@ Each tap writes up to two chunks, each with ``output_stream.write(s +
   each array exactly as ``numpy.array2string(a, threshold=threshold)``
   prints it.
 
-The arrays are formatted by libhcb's printer (src/print.c) on the device's
+The arrays are formatted by libhcb's printer (src/print/) on the device's
 consumer thread, without the GIL; the GIL is taken only to write.  What
 stays fixed for a tap site is prepared once, when it is traced: the layout
 of the value (from its treedef), the ``k: v`` line (the keyword values are
 ``str()``-ed then), numpy's print options (``numpy.get_printoptions()``) and
-the names of the devices.  Values the C printer cannot lay out by itself
-(custom pytree nodes, dtypes it does not know, numpy print options it does
-not implement: ``legacy`` or ``formatter``) are formatted the same way in
-Python, from the numpy arrays, on the consumer thread.
+the names of the devices.
+
+Which path a site takes is decided when it is registered (at lowering),
+never per record: the C target when the C printer prints the value (libhcb
+answers for the dtypes of its leaves, ``hcb_print_supports``; register_print
+registers nothing when it does not), else a plain Python tap, on the
+consumer thread, whose Printer formats in Python.  That is the path of
+values the C printer cannot lay out by itself (custom pytree nodes), of
+dtypes it does not print (the float8 types: numpy's own text), and of numpy
+print options it does not implement (``legacy`` or ``formatter``).  There,
+too, the C printer formats the arrays whose dtypes it prints and lays out
+the containers; numpy formats every other array.
 """
 
 from __future__ import annotations
@@ -28,7 +36,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import jax
-import ml_dtypes
 import numpy as np
 
 from host_callback import _hcb
@@ -49,14 +56,18 @@ _FLOATMODES = {"maxprec": _hcb.FLOATMODE_MAXPREC,
                "maxprec_equal": _hcb.FLOATMODE_MAXPREC_EQUAL}
 _MAX_PRECISION = _hcb.PRINT_MAX_PRECISION
 
-# The dtypes the C printer prints; numpy prints the others.
-_C_DTYPES = frozenset(np.dtype(t) for t in (
-    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
-    np.uint32, np.uint64, np.float16, np.float32, np.float64, np.complex64,
-    np.complex128, ml_dtypes.bfloat16, *(
-        getattr(ml_dtypes, name)
-        for name in ("int2", "uint2", "int4", "uint4", "float4_e2m1fn")
-        if hasattr(ml_dtypes, name))))
+# numpy's dtype names and their XLA element type codes, as libhcb names
+# them: which of them the C printer prints is libhcb's to say.
+_DTYPE_CODES = {name: code for code in range(_hcb.NDTYPES)
+                if (name := _hcb.dtype_name(code)) is not None}
+
+
+def _dtype_code(leaf: Any) -> int:
+  """The XLA element type code of a leaf of id_print's value (-1: none)."""
+  dtype = getattr(leaf, "dtype", None)
+  if dtype is None:
+    dtype = np.result_type(leaf)
+  return _DTYPE_CODES.get(np.dtype(dtype).name, -1)
 
 Node = tuple[int, int, "str | None", "str | None"]
 # (threshold, edgeitems, linewidth, precision, floatmode, sign, suppress,
@@ -98,26 +109,31 @@ class Printer:
   was traced).  Equal printers share a compiled tap.
 
   Called like any tap function (``printer(arg, transforms, device=None)``)
-  it formats in Python through the same C printer; registered with a tap
-  site (``register_tap_site``) it becomes a C target that formats without
-  the GIL.
+  it formats in Python (``format``); registered with a tap site
+  (``register_tap_site``) it becomes a C target that formats without the
+  GIL, when the C printer prints the value.
   """
 
   __slots__ = ("kwargs", "threshold", "output_stream", "numpy_options",
-               "options", "broken", "_key", "__weakref__")
+               "options", "dtypes", "path", "broken", "_key", "__weakref__")
 
   def __init__(self, kwargs: dict[str, Any],
                output_stream: SupportsWrite[str] | None,
-               threshold: int | None):
+               threshold: int | None, dtypes: tuple[int, ...] = ()):
     self.kwargs = tuple(sorted((str(k), str(v)) for k, v in kwargs.items()))
     self.threshold = None if threshold is None else int(threshold)
     self.output_stream = output_stream
     self.numpy_options = np.get_printoptions()
     self.options = _c_options(self.numpy_options, self.threshold)
+    # The element type codes of the value's leaves, for register_print.
+    self.dtypes = dtypes
+    # How the last site registered with this printer prints: "c" (the C
+    # target) or "python" (a Python tap); None before any.
+    self.path: str | None = None
     # A write failed (a closed pipe, a closed file): report that once and
     # write nothing more, rather than one error per tap.
     self.broken = False
-    self._key = (self.kwargs, self.threshold, id(output_stream),
+    self._key = (self.kwargs, self.threshold, id(output_stream), dtypes,
                  tuple((k, _frozen(v))
                        for k, v in sorted(self.numpy_options.items())))
 
@@ -164,11 +180,20 @@ class Printer:
     return " ".join(self.kv_pairs(transforms, device))
 
   def format(self, value: Any) -> str:
-    """The text of one value (a pytree of numpy arrays)."""
+    """The text of one value (a pytree of numpy arrays): the C printer's
+    for the arrays whose dtypes it prints and the containers, numpy's for
+    the other arrays (C tells which: ``_hcb.format_value`` asks
+    ``numpy_text`` for them)."""
     nodes: list[Node] = []
     arrays: list[np.ndarray] = []
     self._walk(value, None, nodes, arrays)
-    return _hcb.format_value(nodes, arrays, self.options or _DEFAULT_OPTIONS)
+    return _hcb.format_value(nodes, arrays, self.options or _DEFAULT_OPTIONS,
+                             self.numpy_text)
+
+  def numpy_text(self, array: np.ndarray) -> str:
+    """numpy's text of one array, with the print options of this site."""
+    with np.printoptions(**self.numpy_options):
+      return np.array2string(array, threshold=self.threshold)
 
   def _walk(self, value: Any, key: str | None, nodes: list[Node],
             arrays: list[np.ndarray]) -> None:
@@ -183,13 +208,11 @@ class Printer:
       for k, v in items:
         self._walk(v, str(k), nodes, arrays)
     elif isinstance(value, np.ndarray):
-      if self.options is not None and value.dtype in _C_DTYPES:
+      if self.options is not None:
         nodes.append((_ARRAY, 0, key, None))
         arrays.append(value)
       else:
-        with np.printoptions(**self.numpy_options):
-          text = np.array2string(value, threshold=self.threshold)
-        nodes.append((_TEXT, 0, key, text))
+        nodes.append((_TEXT, 0, key, self.numpy_text(value)))
     else:
       nodes.append((_TEXT, 0, key, str(value)))
 
@@ -197,10 +220,21 @@ class Printer:
 
   def register_tap_site(self, site: _runtime.TapSite) -> int:
     """Registers ``site`` (whose func is this printer) with the runtime:
-    as a C print target when its layout is fixed, else as a Python tap."""
+    as a C print target when its layout is fixed and the C printer prints
+    its dtypes, else as a Python tap."""
     nodes: list[Node] = []
-    if self.options is None or not _treedef_nodes(site.treedef, None, nodes):
+    target = None
+    if self.options is not None and _treedef_nodes(site.treedef, None, nodes):
+      target = self._register_print(site, nodes)
+    self.path = "python" if target is None else "c"
+    if target is None:
       return _hcb.register_tap(site, "id_print")
+    return target
+
+  def _register_print(self, site: _runtime.TapSite,
+                      nodes: list[Node]) -> int | None:
+    """The id of the C target of ``site``, or None when the C printer does
+    not print one of the value's dtypes."""
     # The line with an empty device name, split after "device: ": the C
     # target puts each record's device name in between.
     pairs = self.kv_pairs(site.transforms, "" if site.with_device else None)
@@ -209,9 +243,12 @@ class Printer:
     after = "".join(" " + p for p in pairs[split:])
     devices = tuple((_runtime.device_key(d), str(d))
                     for d in jax.devices("cpu"))
-    return _hcb.register_print(site, "id_print", nodes, before, after,
-                               site.with_device, devices, self.options,
-                               self.output_stream)
+    assert self.options is not None
+    return _hcb.register_print(site=site, name="id_print", nodes=nodes,
+                               kv_before=before, kv_after=after,
+                               with_device=site.with_device, devices=devices,
+                               options=self.options,
+                               stream=self.output_stream, dtypes=self.dtypes)
 
 
 def _transforms_text(transforms: Sequence[Any]) -> str:
@@ -277,7 +314,8 @@ def id_print(arg: Any, *, result: Any = None, tap_with_device: bool = False,
     ``arg``, or ``result`` if given.
   """
   device_index = _runtime.checked_device_index(device_index, "id_print")
-  printer = Printer(kwargs, output_stream, threshold)
+  printer = Printer(kwargs, output_stream, threshold,
+                    tuple(map(_dtype_code, jax.tree_util.tree_leaves(arg))))
   return _tap.id_tap(printer, arg, result=result,
                      tap_with_device=tap_with_device,
                      device_index=device_index,

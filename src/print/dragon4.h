@@ -2,7 +2,8 @@
  * dragon4.h - decimal text of binary floating-point values, digit for digit
  * as numpy prints them (numpy's format_float_positional and
  * format_float_scientific, which use Steele & White's Dragon4 with exact
- * big-integer arithmetic).  Internal to libhcb; print.c is the user.
+ * big-integer arithmetic).  Internal to libhcb; the float formats (float.c) are
+ * the user.
  */
 #ifndef HCB_DRAGON4_H
 #define HCB_DRAGON4_H

@@ -695,6 +695,12 @@ test_array_errors(void **state)
     uint8_t f8[4] = {0};
 
     (void)state;
+    /* hcb_print_supports is the printer's own answer, before any array */
+    assert_true(hcb_print_supports(HCB_F32) && hcb_print_supports(HCB_BF16) &&
+                hcb_print_supports(HCB_S4) && hcb_print_supports(HCB_BOOL));
+    assert_false(
+        hcb_print_supports(HCB_F8E5M2) || hcb_print_supports(HCB_F8E4M3FN) ||
+        hcb_print_supports(HCB_TOKEN) || hcb_print_supports(HCB_INVALID));
     a = view(HCB_F8E5M2, 1, d4, f8);
     expect_error(hcb_format_array(&a, NULL, buf, sizeof buf, NULL, &err), &err,
                  HCB_EUNIMPL, "float8_e5m2");

@@ -513,14 +513,65 @@ def test_values_the_c_printer_cannot_lay_out_use_numpy():
 
 
 def test_dtype_the_c_printer_does_not_know_falls_back_to_numpy():
-  # A plain tuple gets the C target; the float8 array makes it hand the
-  # record to the Python path, which prints that array with numpy.
+  # A plain tuple would get the C target; the float8 array makes the C
+  # printer refuse it at registration, so the site is a Python tap, which
+  # prints that array with numpy.
   s = io.StringIO()
   f8 = jnp.array([0.5, 2.0, -448.0], jnp.float8_e4m3fn)
   jax.jit(lambda x, y: hcb.id_print((x, y), output_stream=s, n=1))(
       jnp.arange(2.0), f8)
   hcb.barrier_wait()
   assert s.getvalue() == expected_tap((np.arange(2.0), np.asarray(f8)), n=1)
+
+
+# The dtypes libhcb's printer does not print (hcb_print_supports): numpy's.
+FLOAT8 = [name for name in (
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3b11fnuz", "float8_e4m3fnuz",
+    "float8_e5m2fnuz", "float8_e4m3", "float8_e3m4", "float8_e8m0fnu")
+          if hasattr(jnp, name)]
+
+
+@pytest.mark.parametrize("name", FLOAT8)
+def test_dtypes_the_c_printer_does_not_print_are_numpys_text(name):
+  dtype = getattr(jnp, name)
+  small = jnp.array([0.5, 1.0, 2.0], dtype)
+  large = jnp.full((4, 400), 2.0, dtype)
+  s = io.StringIO()
+  f = jax.jit(lambda a, b, c: hcb.id_print({"a": a, "b": (b, c)},
+                                           output_stream=s, d=name))
+  f(small, jnp.arange(3.0), large)
+  with np.printoptions(precision=3):
+    jax.jit(lambda a: hcb.id_print(a, output_stream=s, threshold=5))(small)
+  hcb.barrier_wait()
+  with np.printoptions(precision=3):
+    summarised = expected_tap(np.asarray(small), threshold=5)
+  assert s.getvalue() == expected_tap(
+      {"a": np.asarray(small), "b": (np.arange(3.0, dtype=np.float32),
+                                     np.asarray(large))},
+      d=name) + summarised
+
+
+def test_the_c_printer_decides_the_path_at_registration(monkeypatch):
+  """Lowering registers the site: a value with a float8 leaf becomes a
+  Python tap then, before anything runs; one the C printer prints becomes
+  its C target."""
+  paths = []
+  register = _print.Printer.register_tap_site
+
+  def spy(printer: _print.Printer, site: Any) -> int:
+    site_id = register(printer, site)
+    paths.append(printer.path)
+    return site_id
+
+  monkeypatch.setattr(_print.Printer, "register_tap_site", spy)
+  s = io.StringIO()
+  f8 = jnp.array([0.5, 2.0], jnp.float8_e4m3fn)
+  jax.jit(lambda x, y: hcb.id_print((x, y), output_stream=s, at="f8")).lower(
+      jnp.arange(2.0), f8)
+  jax.jit(lambda x, y: hcb.id_print((x, y), output_stream=s, at="f32")).lower(
+      jnp.arange(2.0), jnp.arange(2.0))
+  assert paths == ["python", "c"]
+  assert s.getvalue() == ""
 
 
 def test_printing_outside_jit():
