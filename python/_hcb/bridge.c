@@ -141,7 +141,6 @@ hcb_py_array_view(PyObject *descr, int rank, const int64_t *dims, void *data,
     return arr;
 }
 
-
 /* An array of `a`'s data: over it, kept alive by `owner`, or a copy when
  * `owner` is NULL or the type is packed (sub-byte types: numpy keeps one
  * element per byte). */

@@ -1,6 +1,8 @@
 /*
  * hcbpy.h - state shared by the files of the CPython extension
- * host_callback._hcb: module.c (the module and its functions), tap.c
+ * host_callback._hcb: module.c (the module and its functions), targets.c
+ * (registering Python targets and releasing them), entry.c (taps and calls
+ * entering the runtime from Python), lifetime.c (holds of executables), tap.c
  * (delivering a record to a Python tap function), call.c (running a Python
  * call function for XLA and checking its result), buffer.c (in-place
  * buffer callbacks and the Buffer type), print.c (id_print) and bridge.c (what
@@ -181,6 +183,29 @@ void hcb_py_store(const hcb_array *res, const void *data);
 /* The runtime's log sink (hcb_log_fn); `user` is the module state. */
 void hcb_py_log(void *user, const char *message);
 
+/* targets.c: Python targets and their life. */
+/* A new Python target of `size` bytes (which starts with an hcb_py_target)
+ * for `site` (a new reference is kept), or NULL with an exception set. */
+void *hcb_py_target_new(PyObject *module, PyObject *site, hcb_py_kind kind,
+                        const char *name, Py_ssize_t name_len, size_t size);
+/* Frees a target that never got registered. */
+void hcb_py_target_free(hcb_py_target *t);
+/* Registers `t` as a tap target run by `fn`; the runtime's code, the id in
+ * *id. */
+int hcb_py_register_tap_target(hcb_py_target *t, hcb_tap_fn fn, uint64_t *id,
+                               hcb_error *err);
+/* After registering `t` with result `rc`: its id, entered in the module's
+ * table of targets, or (after freeing it) the error raised. */
+PyObject *hcb_py_target_registered(hcb_py_target *t, int rc, uint64_t id,
+                                   const hcb_error *err);
+/* The module functions (their contracts are beside them in targets.c). */
+PyObject *hcb_py_release(PyObject *module, PyObject *arg);
+PyObject *hcb_py_register_tap(PyObject *module, PyObject *args);
+PyObject *hcb_py_register_call(PyObject *module, PyObject *args);
+PyObject *hcb_py_register_buffer_callback(PyObject *module, PyObject *args);
+PyObject *hcb_py_register_native_tap(PyObject *module, PyObject *args);
+PyObject *hcb_py_register_native_call(PyObject *module, PyObject *args);
+
 /* tap.c */
 int hcb_py_tap(void *user, hcb_record *rec, hcb_error *err);
 /* True while this thread runs a Python tap function. */
@@ -192,7 +217,7 @@ int hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
                        hcb_error *err);
 PyType_Spec *hcb_py_buffer_spec(void);
 
-/* sharded.c: taps and calls entering the runtime from Python (jit over
+/* entry.c: taps and calls entering the runtime from Python (jit over
  * sharded operands); `args` as the module functions receive them. */
 PyObject *hcb_py_submit_tap(hcb_state *st, PyObject *args);
 PyObject *hcb_py_run_call(hcb_state *st, PyObject *args);
