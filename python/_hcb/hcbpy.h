@@ -48,6 +48,17 @@ typedef enum {
     HCB_PY_PRINT
 } hcb_py_kind;
 
+/* The fields of a tap site (host_callback._runtime.TapSite), read by name
+ * once, at registration, so that a delivery reads no Python attribute.
+ * The objects are borrowed from the site (a NamedTuple, which holds them as
+ * its items) and valid while the target keeps its site. */
+typedef struct hcb_py_tap_fields {
+    PyObject *func;       /* func(value, transforms[, device=]) */
+    PyObject *treedef;    /* of the tapped value */
+    PyObject *transforms; /* passed as is */
+    int with_device;      /* pass device= */
+} hcb_py_tap_fields;
+
 /* A Python tap target: what the runtime passes back as `user`.  The struct
  * itself lives for the rest of the process (the runtime's registry keeps
  * its address), but its Python references are dropped by
@@ -58,10 +69,10 @@ typedef enum {
 typedef struct hcb_py_target {
     PyObject *module; /* strong: keeps the state alive */
     hcb_state *state;
-    /* strong: (func, treedef, transforms, with_device) or the kind's own
-     * site; NULL once released */
+    /* strong: a TapSite, or the kind's own site; NULL once released */
     PyObject *site;
     hcb_py_kind kind;
+    hcb_py_tap_fields tap;     /* HCB_PY_TAP and HCB_PY_PRINT: the site's */
     atomic_int_fast64_t holds; /* live executables embedding its id */
     int busy;                  /* deliveries running now (they hold `site`) */
     int release_pending;       /* released while busy: drop at the last leave */
@@ -70,25 +81,27 @@ typedef struct hcb_py_target {
 
 /* A Python call target (call.c), likewise kept for the process.  `base`
  * holds the module, state, site (a host_callback._runtime.CallSite) and
- * name. */
+ * name; the fields below are read from the site by name at registration
+ * (hcb_py_call_site_read), the objects borrowed from it. */
 typedef struct hcb_py_call_target {
     hcb_py_target base;
-    PyObject *func;           /* borrowed from site */
-    PyObject *arg_treedef;    /* borrowed from site */
-    PyObject *result_treedef; /* borrowed from site */
-    int result_is_leaf;       /* result_shape is one array: the fast path */
-    int with_device;          /* pass device= */
-    int narrow_x64; /* accept 64-bit results for declared 32-bit types */
+    PyObject *func;
+    PyObject *arg_treedef;
+    PyObject *result_treedef;
+    int result_is_leaf; /* result_shape is one array: the fast path */
+    int with_device;    /* pass device= */
+    int narrow_x64;     /* accept 64-bit results for declared 32-bit types */
 } hcb_py_call_target;
 
-/* A Python buffer_callback target (buffer.c); `base.site` is
- * (callback, in_treedef, out_treedef, context_type). */
+/* A Python buffer_callback target (buffer.c); `base.site` is a
+ * host_callback._buffer.BufferSite, whose fields are read by name at
+ * registration (hcb_py_buffer_site_read), the objects borrowed from it. */
 typedef struct hcb_py_buffer_target {
     hcb_py_target base;
-    PyObject *callback;     /* borrowed from site */
-    PyObject *in_treedef;   /* borrowed: of (args, kwargs) */
-    PyObject *out_treedef;  /* borrowed */
-    PyObject *context_type; /* borrowed: ExecutionContext(device) */
+    PyObject *callback;
+    PyObject *in_treedef; /* of (args, kwargs) */
+    PyObject *out_treedef;
+    PyObject *context_type; /* ExecutionContext(device) */
 } hcb_py_buffer_target;
 
 /* An id_print target (print.c): the site's func is the Printer, called
@@ -198,15 +211,26 @@ int hcb_py_register_tap_target(hcb_py_target *t, hcb_tap_fn fn, uint64_t *id,
  * table of targets, or (after freeing it) the error raised. */
 PyObject *hcb_py_target_registered(hcb_py_target *t, int rc, uint64_t id,
                                    const hcb_error *err);
+/* Reads the fields `names[i]` of `site` (a NamedTuple: `what` names its
+ * class for messages) into `out[i]`, borrowed from it; -1 with a TypeError
+ * that names a missing field. */
+int hcb_py_site_fields(PyObject *site, const char *what,
+                       const char *const *names, PyObject **out, size_t n);
 /* The module functions (their contracts are beside them in targets.c). */
 PyObject *hcb_py_release(PyObject *module, PyObject *arg);
-PyObject *hcb_py_register_tap(PyObject *module, PyObject *args);
-PyObject *hcb_py_register_call(PyObject *module, PyObject *args);
-PyObject *hcb_py_register_buffer_callback(PyObject *module, PyObject *args);
+PyObject *hcb_py_register_tap(PyObject *module, PyObject *args,
+                              PyObject *kwargs);
+PyObject *hcb_py_register_call(PyObject *module, PyObject *args,
+                               PyObject *kwargs);
+PyObject *hcb_py_register_buffer_callback(PyObject *module, PyObject *args,
+                                          PyObject *kwargs);
 PyObject *hcb_py_register_native_tap(PyObject *module, PyObject *args);
 PyObject *hcb_py_register_native_call(PyObject *module, PyObject *args);
 
 /* tap.c */
+/* Fills t->tap from the TapSite `site` (with the GIL, at registration); -1
+ * with an exception. */
+int hcb_py_tap_site_read(hcb_py_target *t, PyObject *site);
 int hcb_py_tap(void *user, hcb_record *rec, hcb_error *err);
 /* True while this thread runs a Python tap function. */
 int hcb_py_in_tap(void);
@@ -216,6 +240,9 @@ int hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
                        size_t nargs, const hcb_array *results, size_t nresults,
                        hcb_error *err);
 PyType_Spec *hcb_py_buffer_spec(void);
+/* Fills the fields of `t` from the BufferSite `site`; -1 with an
+ * exception. */
+int hcb_py_buffer_site_read(hcb_py_buffer_target *t, PyObject *site);
 
 /* entry.c: taps and calls entering the runtime from Python (jit over
  * sharded operands); `args` as the module functions receive them. */
@@ -263,6 +290,14 @@ void hcb_py_enter_call(void);
 void hcb_py_leave_call(void);
 /* True while this thread runs a Python call or buffer_callback function. */
 int hcb_py_in_call(void);
+/* Fills the fields of `t` from the CallSite `site`; -1 with an
+ * exception. */
+int hcb_py_call_site_read(hcb_py_call_target *t, PyObject *site);
+/* check_results(*, site, name, result) -> list of numpy arrays: checks a
+ * call function's `result` against the CallSite's declaration with the
+ * rules and messages of compiled calls (inline mode), raising the error. */
+PyObject *hcb_py_check_results(PyObject *module, PyObject *args,
+                               PyObject *kwargs);
 int hcb_py_call(void *user, hcb_device device, const hcb_array *args,
                 size_t nargs, const hcb_array *results, size_t nresults,
                 hcb_error *err);

@@ -482,13 +482,23 @@ static PyMethodDef hcb_methods[] = {
     {"configure", hcb_configure, METH_VARARGS,
      "configure(dtypes, device_lookup, on_error, tree_flatten, warn): set "
      "the Python hooks."},
-    {"register_tap", hcb_py_register_tap, METH_VARARGS,
-     "register_tap(site, name) -> id: register a Python tap site."},
-    {"register_call", hcb_py_register_call, METH_VARARGS,
-     "register_call(site, name) -> id: register a Python call site."},
-    {"register_buffer_callback", hcb_py_register_buffer_callback, METH_VARARGS,
-     "register_buffer_callback(site, name) -> id: a Python buffer "
-     "callback."},
+    {"register_tap", (PyCFunction)(void (*)(void))hcb_py_register_tap,
+     METH_VARARGS | METH_KEYWORDS,
+     "register_tap(site, name) -> id: register a Python tap site (a "
+     "TapSite, its fields read by name)."},
+    {"register_call", (PyCFunction)(void (*)(void))hcb_py_register_call,
+     METH_VARARGS | METH_KEYWORDS,
+     "register_call(*, site, name) -> id: register a Python call site (a "
+     "CallSite, its fields read by name)."},
+    {"register_buffer_callback",
+     (PyCFunction)(void (*)(void))hcb_py_register_buffer_callback,
+     METH_VARARGS | METH_KEYWORDS,
+     "register_buffer_callback(*, site, name) -> id: a Python buffer "
+     "callback (a BufferSite, its fields read by name)."},
+    {"check_results", (PyCFunction)(void (*)(void))hcb_py_check_results,
+     METH_VARARGS | METH_KEYWORDS,
+     "check_results(*, site, name, result) -> list of arrays: check a call "
+     "function's result as compiled calls do (inline mode)."},
     {"register_print", hcb_register_print, METH_VARARGS,
      "register_print(site, name, nodes, kv_before, kv_after, with_device, "
      "devices, options, stream) -> id: id_print's C target."},

@@ -16,7 +16,8 @@ state_of(PyObject *module)
 }
 
 /* A new Python target of `size` bytes (which starts with an hcb_py_target)
- * for `site`, or NULL with an exception set. */
+ * for `site`, or NULL with an exception set.  Of a tap (or id_print) site,
+ * the fields are read into t->tap. */
 void *
 hcb_py_target_new(PyObject *module, PyObject *site, hcb_py_kind kind,
                   const char *name, Py_ssize_t name_len, size_t size)
@@ -40,6 +41,12 @@ hcb_py_target_new(PyObject *module, PyObject *site, hcb_py_kind kind,
     t->site = site;
     t->kind = kind;
     snprintf(t->name, sizeof t->name, "%.*s", (int)name_len, name);
+    /* A tap's fields are read here, where register_print's pass too. */
+    if ((kind == HCB_PY_TAP || kind == HCB_PY_PRINT) &&
+        hcb_py_tap_site_read(t, site) < 0) {
+        hcb_py_target_free(t);
+        return NULL;
+    }
     return t;
 }
 
@@ -139,10 +146,74 @@ call_target_registered(hcb_py_target *t, hcb_call_fn fn)
     return hcb_py_target_registered(t, rc, id, &err);
 }
 
-/* register_tap(site, name) -> int.  `site` is (func, treedef, transforms,
- * with_device); it is kept until release(id). */
+int
+hcb_py_site_fields(PyObject *site, const char *what, const char *const *names,
+                   PyObject **out, size_t n)
+{
+    Py_ssize_t j;
+    size_t i;
+
+    if (!PyTuple_Check(site)) {
+        PyErr_Format(PyExc_TypeError, "site must be a %s, not %.100s", what,
+                     Py_TYPE(site)->tp_name);
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *v = PyObject_GetAttrString(site, names[i]);
+
+        if (v == NULL) {
+            PyErr_Format(PyExc_TypeError,
+                         "site must be a %s: it has no "
+                         "field '%s'",
+                         what, names[i]);
+            return -1;
+        }
+        /* Borrowed: only an item of the tuple is sure to live as long. */
+        for (j = 0; j < PyTuple_GET_SIZE(site); j++)
+            if (PyTuple_GET_ITEM(site, j) == v)
+                break;
+        Py_DECREF(v);
+        if (j == PyTuple_GET_SIZE(site)) {
+            PyErr_Format(PyExc_TypeError,
+                         "site must be a %s: its field '%s' "
+                         "is not one of its items",
+                         what, names[i]);
+            return -1;
+        }
+        out[i] = v;
+    }
+    return 0;
+}
+
+/* Parses the arguments (site, name) of a registration with `format`
+ * ("Os#:f", or "|$Os#:f" for keyword-only ones, which Python's parser
+ * takes as optional: a missing one is an error here). */
+static int
+parse_site_name(PyObject *args, PyObject *kwargs, const char *format,
+                PyObject **site, const char **name, Py_ssize_t *name_len)
+{
+    static char *kwlist[] = {"site", "name", NULL};
+
+    *site = NULL;
+    *name = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, kwlist, site, name,
+                                     name_len))
+        return 0;
+    if (*site == NULL || *name == NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s() missing required keyword argument '%s'",
+                     strchr(format, ':') + 1, *site == NULL ? "site" : "name");
+        return 0;
+    }
+    return 1;
+}
+
+/* register_tap(site, name) -> int.  `site` is a TapSite (its fields func,
+ * treedef, transforms, with_device are read by name, now); it is kept until
+ * release(id).  Positional arguments are accepted, for id_print's
+ * host_callback/_print.py. */
 PyObject *
-hcb_py_register_tap(PyObject *module, PyObject *args)
+hcb_py_register_tap(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     hcb_py_target *t;
     PyObject *site;
@@ -152,16 +223,9 @@ hcb_py_register_tap(PyObject *module, PyObject *args)
     hcb_error err;
     int rc;
 
-    if (!PyArg_ParseTuple(args, "O!s#:register_tap", &PyTuple_Type, &site,
-                          &name, &name_len))
+    if (!parse_site_name(args, kwargs, "Os#:register_tap", &site, &name,
+                         &name_len))
         return NULL;
-    if (PyTuple_GET_SIZE(site) != 4 ||
-        !PyCallable_Check(PyTuple_GET_ITEM(site, 0))) {
-        PyErr_SetString(PyExc_TypeError,
-                        "site must be (func, treedef, transforms, "
-                        "with_device) with a callable func");
-        return NULL;
-    }
     t = hcb_py_target_new(module, site, HCB_PY_TAP, name, name_len, sizeof *t);
     if (t == NULL)
         return NULL;
@@ -169,88 +233,53 @@ hcb_py_register_tap(PyObject *module, PyObject *args)
     return hcb_py_target_registered(t, rc, id, &err);
 }
 
-/* An int field of `obj`, or -1 with an exception set. */
-static long
-int_attr(PyObject *obj, const char *name)
-{
-    PyObject *v = PyObject_GetAttrString(obj, name);
-    long n = v != NULL ? PyLong_AsLong(v) : -1;
-
-    Py_XDECREF(v);
-    return n;
-}
-
-/* register_call(site, name) -> int.  `site` is a CallSite: (func,
- * arg_treedef, result_treedef, result_avals, with_device, narrow_x64); it is
- * kept until release(id). */
+/* register_call(*, site, name) -> int.  `site` is a CallSite, whose fields
+ * are read by name now (hcb_py_call_site_read); it is kept until
+ * release(id). */
 PyObject *
-hcb_py_register_call(PyObject *module, PyObject *args)
+hcb_py_register_call(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     hcb_py_call_target *t;
     PyObject *site;
     const char *name;
     Py_ssize_t name_len;
-    long nodes, leaves;
-    int with_device, narrow;
 
-    if (!PyArg_ParseTuple(args, "O!s#:register_call", &PyTuple_Type, &site,
-                          &name, &name_len))
-        return NULL;
-    if (PyTuple_GET_SIZE(site) != 6 ||
-        !PyCallable_Check(PyTuple_GET_ITEM(site, 0)) ||
-        !PyTuple_Check(PyTuple_GET_ITEM(site, 3))) {
-        PyErr_SetString(PyExc_TypeError,
-                        "site must be (func, arg_treedef, result_treedef, "
-                        "result_avals, with_device, narrow_x64)");
-        return NULL;
-    }
-    nodes = int_attr(PyTuple_GET_ITEM(site, 2), "num_nodes");
-    leaves = int_attr(PyTuple_GET_ITEM(site, 2), "num_leaves");
-    with_device = PyObject_IsTrue(PyTuple_GET_ITEM(site, 4));
-    narrow = PyObject_IsTrue(PyTuple_GET_ITEM(site, 5));
-    if (nodes < 0 || leaves < 0 || with_device < 0 || narrow < 0)
+    if (!parse_site_name(args, kwargs, "|$Os#:register_call", &site, &name,
+                         &name_len))
         return NULL;
     t = hcb_py_target_new(module, site, HCB_PY_CALL, name, name_len, sizeof *t);
     if (t == NULL)
         return NULL;
-    t->func = PyTuple_GET_ITEM(site, 0);
-    t->arg_treedef = PyTuple_GET_ITEM(site, 1);
-    t->result_treedef = PyTuple_GET_ITEM(site, 2);
-    t->result_is_leaf = nodes == 1 && leaves == 1;
-    t->with_device = with_device;
-    t->narrow_x64 = narrow;
+    if (hcb_py_call_site_read(t, site) < 0) {
+        hcb_py_target_free(&t->base);
+        return NULL;
+    }
     return call_target_registered(&t->base, hcb_py_call);
 }
 
-/* register_buffer_callback(site, name) -> int.  `site` is (callback,
- * in_treedef, out_treedef, context_type); kept until release(id). */
+/* register_buffer_callback(*, site, name) -> int.  `site` is a BufferSite,
+ * whose fields are read by name now (hcb_py_buffer_site_read); kept until
+ * release(id). */
 PyObject *
-hcb_py_register_buffer_callback(PyObject *module, PyObject *args)
+hcb_py_register_buffer_callback(PyObject *module, PyObject *args,
+                                PyObject *kwargs)
 {
     hcb_py_buffer_target *t;
     PyObject *site;
     const char *name;
     Py_ssize_t name_len;
 
-    if (!PyArg_ParseTuple(args, "O!s#:register_buffer_callback", &PyTuple_Type,
-                          &site, &name, &name_len))
+    if (!parse_site_name(args, kwargs, "|$Os#:register_buffer_callback", &site,
+                         &name, &name_len))
         return NULL;
-    if (PyTuple_GET_SIZE(site) != 4 ||
-        !PyCallable_Check(PyTuple_GET_ITEM(site, 0)) ||
-        !PyCallable_Check(PyTuple_GET_ITEM(site, 3))) {
-        PyErr_SetString(PyExc_TypeError,
-                        "site must be (callback, in_treedef, out_treedef, "
-                        "context_type)");
-        return NULL;
-    }
     t = hcb_py_target_new(module, site, HCB_PY_BUFFER, name, name_len,
                           sizeof *t);
     if (t == NULL)
         return NULL;
-    t->callback = PyTuple_GET_ITEM(site, 0);
-    t->in_treedef = PyTuple_GET_ITEM(site, 1);
-    t->out_treedef = PyTuple_GET_ITEM(site, 2);
-    t->context_type = PyTuple_GET_ITEM(site, 3);
+    if (hcb_py_buffer_site_read(t, site) < 0) {
+        hcb_py_target_free(&t->base);
+        return NULL;
+    }
     return call_target_registered(&t->base, hcb_py_buffer_call);
 }
 
