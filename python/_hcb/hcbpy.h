@@ -18,6 +18,44 @@
 
 #include "hcb/hcb.h"
 
+/*
+ * Locks.  Every lock of the extension, in the order they may be taken
+ * (the runtime's own, numbered 0-6, are listed in src/runtime/runtime.h,
+ * which points here):
+ *
+ *   A. print_mutex  (print.c, process-wide) keeps the lines of one id_print
+ *                   record together when several devices print at once.
+ *                   Taken before the GIL, never while holding it (print_write
+ *                   releases the GIL to take it); the GIL is then taken under
+ *                   it to write to the Python stream.  Not taken again by a
+ *                   thread that holds it (a stream that prints).  Made new
+ *                   in a forked child.
+ *   B. the GIL      taken by consumer and XLA threads to run Python targets
+ *                   (bridge.c, hcb_py_gil_ensure), released around every
+ *                   blocking wait.  Python code that runs under it may take
+ *                   host_callback's own threading locks (_runtime.py), which
+ *                   come after it.
+ *   C. table.mu     (lifetime.c, process-wide) the table of Python targets by
+ *                   id and the generation counter of wait_unused.  A leaf:
+ *                   taken with or without the GIL (the INSTANTIATE handler
+ *                   and the state deleter run on XLA threads without it), and
+ *                   nothing, the GIL included, is taken under it;
+ *                   wait_unused waits on its condition with the GIL
+ *                   released.  Made new in a forked child.
+ *
+ * Against the runtime's locks: A and C are never held while the extension
+ * calls into libhcb.  The GIL may be, for calls that hold a runtime lock
+ * briefly and never wait (registration, stats, take_error, the queue
+ * bound); every call that may wait (submit, barrier, stop, a sharded call)
+ * releases the GIL first.  So the GIL orders before all of the runtime's
+ * locks, and the runtime never takes it under one of them: it holds none
+ * while it calls a target (the extension's entry points) or the log sink.
+ * The extension has no other mutex: no PyMutex, no PyThread lock, no
+ * static lock besides A and C.
+ * Thread-locals (not locks): in_tap (tap.c), in_call (call.c),
+ * keeps_thread_state (bridge.c), print_mutex_held (print.c).
+ */
+
 #define HCB_PY_NDTYPES 64 /* hcb_dtype values are below this */
 
 /* Module state.  The objects are set once by host_callback's Python code
