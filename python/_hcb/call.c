@@ -11,6 +11,9 @@
  * XLA result buffer.  Any failure fills `err` with a message that names the
  * function, what result_shape declares and what came back (or the exception
  * and its traceback), and goes to the Python error hook (log, barrier_wait).
+ * The same check serves inline mode (HOST_CALLBACK_INLINE), through the
+ * module function check_results: one set of rules and messages, the
+ * failure raised in the caller there instead of reported.
  */
 #define NO_IMPORT_ARRAY
 #define PY_ARRAY_UNIQUE_SYMBOL hcb_ARRAY_API

@@ -163,9 +163,8 @@ hcb_py_site_fields(PyObject *site, const char *what, const char *const *names,
 
         if (v == NULL) {
             PyErr_Format(PyExc_TypeError,
-                         "site must be a %s: it has no "
-                         "field '%s'",
-                         what, names[i]);
+                         "site must be a %s: it has no field '%s'", what,
+                         names[i]);
             return -1;
         }
         /* Borrowed: only an item of the tuple is sure to live as long. */
@@ -175,9 +174,8 @@ hcb_py_site_fields(PyObject *site, const char *what, const char *const *names,
         Py_DECREF(v);
         if (j == PyTuple_GET_SIZE(site)) {
             PyErr_Format(PyExc_TypeError,
-                         "site must be a %s: its field '%s' "
-                         "is not one of its items",
-                         what, names[i]);
+                         "site must be a %s: field '%s' is not an item", what,
+                         names[i]);
             return -1;
         }
         out[i] = v;
