@@ -291,8 +291,9 @@ target_clear(hcb_py_target *t)
     t->release_pending = 0;
     if (t->kind == HCB_PY_PRINT)
         Py_CLEAR(((hcb_py_print_target *)t)->stream);
-    /* The borrowed pointers of calls and buffer callbacks into the site are
-     * read only by deliveries, which check `site` first. */
+    /* The borrowed pointers into the site (t->tap, and the fields of calls
+     * and buffer callbacks) are read only by deliveries, which check `site`
+     * first. */
     Py_CLEAR(t->site);
 }
 

@@ -637,6 +637,29 @@ done:
     return result;
 }
 
+/* ---- the site ------------------------------------------------------------ */
+
+int
+hcb_py_buffer_site_read(hcb_py_buffer_target *t, PyObject *site)
+{
+    static const char *const names[] = {"callback", "in_treedef", "out_treedef",
+                                        "context_type"};
+    PyObject *f[4];
+
+    if (hcb_py_site_fields(site, "BufferSite", names, f, 4) < 0)
+        return -1;
+    if (!PyCallable_Check(f[0]) || !PyCallable_Check(f[3])) {
+        PyErr_SetString(PyExc_TypeError, "the BufferSite's callback and "
+                                         "context_type must be callable");
+        return -1;
+    }
+    t->callback = f[0];
+    t->in_treedef = f[1];
+    t->out_treedef = f[2];
+    t->context_type = f[3];
+    return 0;
+}
+
 int
 hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
                    size_t nargs, const hcb_array *results, size_t nresults,

@@ -11,6 +11,9 @@
  * XLA result buffer.  Any failure fills `err` with a message that names the
  * function, what result_shape declares and what came back (or the exception
  * and its traceback), and goes to the Python error hook (log, barrier_wait).
+ * The same check serves inline mode (HOST_CALLBACK_INLINE), through the
+ * module function check_results: one set of rules and messages, the
+ * failure raised in the caller there instead of reported.
  */
 #define NO_IMPORT_ARRAY
 #define PY_ARRAY_UNIQUE_SYMBOL hcb_ARRAY_API
@@ -139,13 +142,23 @@ describe_value(PyObject *obj, char *buf, size_t cap)
 /* ---- errors ---------------------------------------------------------------
  */
 
+/* One check of a result against a call site's declaration: the site's
+ * fields, and where a failure goes.  Compiled calls report it (fill `err`
+ * and hand a Python exception to the error hook: log, barrier_wait);
+ * inline mode (check_results) leaves it raised in the caller. */
+typedef struct {
+    hcb_py_call_target *t;
+    bool report;
+} result_check;
+
 /* The result did not match result_shape: fills `err` and hands a Python
- * exception of type `type` with the same message to the hook. */
-static int mismatch(hcb_py_call_target *t, PyObject *type, hcb_error *err,
+ * exception of type `type` with the same message to the hook, or raises
+ * it. */
+static int mismatch(const result_check *c, PyObject *type, hcb_error *err,
                     const char *fmt, ...) HCB_PRINTF(4, 5);
 
 static int
-mismatch(hcb_py_call_target *t, PyObject *type, hcb_error *err, const char *fmt,
+mismatch(const result_check *c, PyObject *type, hcb_error *err, const char *fmt,
          ...)
 {
     va_list ap;
@@ -155,20 +168,27 @@ mismatch(hcb_py_call_target *t, PyObject *type, hcb_error *err, const char *fmt,
     hcb_error_setv(err, HCB_EINVAL, fmt, ap);
     va_end(ap);
     PyErr_Clear();
+    if (!c->report) {
+        PyErr_SetString(type, err->message);
+        return HCB_EINVAL;
+    }
     exc = PyObject_CallFunction(type, "s", err->message);
-    Py_XDECREF(hcb_py_hand_to_hook(&t->base, exc));
+    Py_XDECREF(hcb_py_hand_to_hook(&c->t->base, exc));
     return HCB_EINVAL;
 }
 
-/* The call function raised. */
+/* The call function (or the tree_flatten of its result) raised: reported,
+ * or left raised. */
 static int
-raised(hcb_py_call_target *t, hcb_error *err)
+raised(const result_check *c, hcb_error *err)
 {
     char what[128];
 
+    if (!c->report)
+        return HCB_ECALLBACK;
     snprintf(what, sizeof what, "host_callback.call: callback '%s'",
-             t->base.name);
-    return hcb_py_raised(&t->base, what, err);
+             c->t->base.name);
+    return hcb_py_raised(&c->t->base, what, err);
 }
 
 /* ---- results --------------------------------------------------------------
@@ -244,10 +264,11 @@ enum leaf_problem {
 };
 
 static int
-leaf_mismatch(hcb_py_call_target *t, PyObject *type, hcb_error *err,
+leaf_mismatch(const result_check *c, PyObject *type, hcb_error *err,
               enum leaf_problem how, PyObject *got, const hcb_array *res,
               const char *where, const char *detail)
 {
+    hcb_py_call_target *t = c->t;
     char decl[160], desc[160];
     const char *name = t->base.name;
 
@@ -255,20 +276,20 @@ leaf_mismatch(hcb_py_call_target *t, PyObject *type, hcb_error *err,
     describe_value(got, desc, sizeof desc);
     switch (how) {
     case LEAF_NOT_AN_ARRAY:
-        return mismatch(t, type, err,
+        return mismatch(c, type, err,
                         PREFIX "returned %s%s, which is not an array; "
                                "result_shape declares %s",
                         name, desc, where, decl);
     case LEAF_DOES_NOT_FIT:
-        return mismatch(t, type, err,
+        return mismatch(c, type, err,
                         PREFIX "returned %s%s that does not fit %s: %s", name,
                         desc, where, decl, detail != NULL ? detail : "?");
     case LEAF_CANNOT_COPY:
-        return mismatch(t, type, err,
+        return mismatch(c, type, err,
                         PREFIX "returned %s%s that cannot be copied into %s",
                         name, desc, where, decl);
     default:
-        return mismatch(t, type, err,
+        return mismatch(c, type, err,
                         PREFIX "returned %s%s; result_shape declares %s", name,
                         desc, where, decl);
     }
@@ -278,9 +299,10 @@ leaf_mismatch(hcb_py_call_target *t, PyObject *type, hcb_error *err,
  * the result buffer.  `where` is "" for a single result, else the leaf's
  * position for messages. */
 static int
-fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
+fill_result(const result_check *c, PyObject *leaf, const hcb_array *res,
             const char *where, hcb_error *err)
 {
+    hcb_py_call_target *t = c->t;
     PyArray_Descr *want =
         (PyArray_Descr *)hcb_py_descr(t->base.state, res->dtype);
     PyArrayObject *arr;
@@ -301,7 +323,7 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
         _Alignas(16) char one[16]; /* one element, numpy's layout */
 
         if (res->rank != 0 || !python_scalar_fits(leaf, res->dtype))
-            return leaf_mismatch(t, PyExc_TypeError, err, LEAF_DIFFERS, leaf,
+            return leaf_mismatch(c, PyExc_TypeError, err, LEAF_DIFFERS, leaf,
                                  res, where, NULL);
         if (PyArray_Pack(want, one, leaf) >= 0) {
             hcb_py_store(res, one);
@@ -309,7 +331,7 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
             PyObject *exc = hcb_py_fetch_exception();
             PyObject *s = exc != NULL ? PyObject_Str(exc) : NULL;
 
-            rc = leaf_mismatch(t, PyExc_ValueError, err, LEAF_DOES_NOT_FIT,
+            rc = leaf_mismatch(c, PyExc_ValueError, err, LEAF_DOES_NOT_FIT,
                                leaf, res, where,
                                s != NULL ? PyUnicode_AsUTF8(s) : NULL);
             Py_XDECREF(s);
@@ -325,18 +347,18 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
         arr = (PyArrayObject *)PyArray_FromAny(leaf, NULL, 0, 0, 0, NULL);
         if (arr == NULL) {
             PyErr_Clear();
-            return leaf_mismatch(t, PyExc_TypeError, err, LEAF_NOT_AN_ARRAY,
+            return leaf_mismatch(c, PyExc_TypeError, err, LEAF_NOT_AN_ARRAY,
                                  leaf, res, where, NULL);
         }
     }
     exact = PyArray_EquivTypes(PyArray_DESCR(arr), want) ||
             PyArray_DESCR(arr)->type_num == want->type_num;
-    if (!same_shape(arr, res)) {
-        rc = leaf_mismatch(t, PyExc_ValueError, err, LEAF_DIFFERS,
+    if (!same_shape(arr, res)) { /* TypeError, as for a wrong dtype */
+        rc = leaf_mismatch(c, PyExc_TypeError, err, LEAF_DIFFERS,
                            (PyObject *)arr, res, where, NULL);
     } else if (!exact &&
                !(t->narrow_x64 && narrows_to(PyArray_DESCR(arr), res->dtype))) {
-        rc = leaf_mismatch(t, PyExc_TypeError, err, LEAF_DIFFERS,
+        rc = leaf_mismatch(c, PyExc_TypeError, err, LEAF_DIFFERS,
                            (PyObject *)arr, res, where, NULL);
     } else if (exact && PyArray_ISCARRAY_RO(arr) && PyArray_ISNOTSWAPPED(arr)) {
         hcb_py_store(res, PyArray_DATA(arr));
@@ -350,7 +372,7 @@ fill_result(hcb_py_call_target *t, PyObject *leaf, const hcb_array *res,
 
         if (dst == NULL || PyArray_CopyInto((PyArrayObject *)dst, arr) < 0) {
             PyErr_Clear();
-            rc = leaf_mismatch(t, PyExc_ValueError, err, LEAF_CANNOT_COPY,
+            rc = leaf_mismatch(c, PyExc_ValueError, err, LEAF_CANNOT_COPY,
                                (PyObject *)arr, res, where, NULL);
         } else if (packed) {
             hcb_py_store(res, PyArray_DATA((PyArrayObject *)dst));
@@ -370,9 +392,10 @@ is_array_leaf(PyObject *obj)
 
 /* Checks `result` against the declared results and fills them. */
 static int
-fill_results(hcb_py_call_target *t, PyObject *result, const hcb_array *results,
+fill_results(const result_check *c, PyObject *result, const hcb_array *results,
              size_t nresults, hcb_error *err)
 {
+    hcb_py_call_target *t = c->t;
     char decl[512], got[160], where[64];
     PyObject *flat, *leaves, *treedef;
     Py_ssize_t i, n;
@@ -381,16 +404,16 @@ fill_results(hcb_py_call_target *t, PyObject *result, const hcb_array *results,
     if (nresults == 0 && result == Py_None)
         return HCB_OK;
     if (t->result_is_leaf && is_array_leaf(result))
-        return fill_result(t, result, &results[0], "", err);
+        return fill_result(c, result, &results[0], "", err);
     describe_all_declared(results, nresults, decl, sizeof decl);
     if (result == Py_None)
-        return mismatch(t, PyExc_TypeError, err,
+        return mismatch(c, PyExc_TypeError, err,
                         PREFIX "returned None; result_shape declares %s",
                         t->base.name, decl);
 
     flat = PyObject_CallOneArg(t->base.state->tree_flatten, result);
     if (flat == NULL)
-        return raised(t, err);
+        return raised(c, err);
     if (!PyTuple_Check(flat) || PyTuple_GET_SIZE(flat) != 2 ||
         !PyList_Check(PyTuple_GET_ITEM(flat, 0))) {
         Py_DECREF(flat);
@@ -403,7 +426,7 @@ fill_results(hcb_py_call_target *t, PyObject *result, const hcb_array *results,
     if (nresults == 0) {
         if (n > 0) {
             describe_value(PyList_GET_ITEM(leaves, 0), got, sizeof got);
-            rc = mismatch(t, PyExc_TypeError, err,
+            rc = mismatch(c, PyExc_TypeError, err,
                           PREFIX "returned a result with %zd arrays (the "
                                  "first is %s), but result_shape declares "
                                  "no result",
@@ -419,7 +442,7 @@ fill_results(hcb_py_call_target *t, PyObject *result, const hcb_array *results,
         const char *g = gs != NULL ? PyUnicode_AsUTF8(gs) : NULL;
         const char *w = ws != NULL ? PyUnicode_AsUTF8(ws) : NULL;
 
-        rc = mismatch(t, PyExc_TypeError, err,
+        rc = mismatch(c, PyExc_TypeError, err,
                       PREFIX "returned a result with pytree structure %s; "
                              "result_shape declares %s with leaves %s",
                       t->base.name, g != NULL ? g : "?", w != NULL ? w : "?",
@@ -435,10 +458,153 @@ fill_results(hcb_py_call_target *t, PyObject *result, const hcb_array *results,
         else
             where[0] = '\0';
         rc =
-            fill_result(t, PyList_GET_ITEM(leaves, i), &results[i], where, err);
+            fill_result(c, PyList_GET_ITEM(leaves, i), &results[i], where, err);
     }
     Py_DECREF(flat);
     return rc;
+}
+
+/* ---- the site ------------------------------------------------------------ */
+
+/* An int field of `obj`, or -1 with an exception set. */
+static long
+int_attr(PyObject *obj, const char *name)
+{
+    PyObject *v = PyObject_GetAttrString(obj, name);
+    long n = v != NULL ? PyLong_AsLong(v) : -1;
+
+    Py_XDECREF(v);
+    return n;
+}
+
+int
+hcb_py_call_site_read(hcb_py_call_target *t, PyObject *site)
+{
+    static const char *const names[] = {"func", "arg_treedef", "result_treedef",
+                                        "with_device", "narrow_x64"};
+    PyObject *f[5];
+    long nodes, leaves;
+    int with_device, narrow;
+
+    if (hcb_py_site_fields(site, "CallSite", names, f, 5) < 0)
+        return -1;
+    if (!PyCallable_Check(f[0])) {
+        PyErr_SetString(PyExc_TypeError, "the CallSite's func is not callable");
+        return -1;
+    }
+    nodes = int_attr(f[2], "num_nodes");
+    leaves = int_attr(f[2], "num_leaves");
+    with_device = PyObject_IsTrue(f[3]);
+    narrow = PyObject_IsTrue(f[4]);
+    if (nodes < 0 || leaves < 0 || with_device < 0 || narrow < 0)
+        return -1;
+    t->func = f[0];
+    t->arg_treedef = f[1];
+    t->result_treedef = f[2];
+    t->result_is_leaf = nodes == 1 && leaves == 1;
+    t->with_device = with_device;
+    t->narrow_x64 = narrow;
+    return 0;
+}
+
+/* ---- inline mode ----------------------------------------------------------
+ */
+
+/* New arrays, one for each (shape, dtype) pair of `avals`: a list, or NULL
+ * with an exception. */
+static PyObject *
+declared_arrays(PyObject *avals)
+{
+    PyObject *seq, *list;
+    Py_ssize_t i, n;
+
+    seq = PySequence_Fast(avals, "result_avals must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    list = PyList_New(n);
+    for (i = 0; list != NULL && i < n; i++) {
+        PyObject *shape, *dtype, *arr = NULL;
+        PyArray_Descr *descr = NULL;
+        PyArray_Dims dims = {NULL, 0};
+
+        if (PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i),
+                             "OO;result_avals holds (shape, dtype) pairs",
+                             &shape, &dtype) &&
+            PyArray_IntpConverter(shape, &dims) &&
+            PyArray_DescrConverter(dtype, &descr))
+            arr = PyArray_Empty(dims.len, dims.ptr, descr, 0); /* steals */
+        else
+            Py_XDECREF(descr);
+        PyDimMem_FREE(dims.ptr);
+        if (arr == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, arr);
+    }
+    Py_DECREF(seq);
+    return list;
+}
+
+PyObject *
+hcb_py_check_results(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    /* Python before 3.13 takes char **: the cast keeps -Wwrite-strings. */
+    static const char *kwlist[] = {"site", "name", "result", NULL};
+    hcb_state *st = PyModule_GetState(module);
+    hcb_py_call_target t;
+    result_check check = {&t, false};
+    PyObject *site = NULL, *result = NULL, *avals, *outs;
+    const char *name = NULL;
+    Py_ssize_t name_len, n, nviews = -1;
+    hcb_array *views;
+    PyObject **keep;
+    hcb_error err;
+    int rc = HCB_EINVAL;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$Os#O:check_results",
+                                     (char **)kwlist, &site, &name, &name_len,
+                                     &result))
+        return NULL;
+    if (site == NULL || name == NULL || result == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "check_results() takes the keyword arguments site, "
+                        "name and result");
+        return NULL;
+    }
+    /* A target of this check only: never registered, never called. */
+    memset(&t, 0, sizeof t);
+    t.base.state = st;
+    t.base.site = site;
+    t.base.kind = HCB_PY_CALL;
+    snprintf(t.base.name, sizeof t.base.name, "%.*s", (int)name_len, name);
+    if (hcb_py_call_site_read(&t, site) < 0)
+        return NULL;
+    avals = PyObject_GetAttrString(site, "result_avals");
+    outs = avals != NULL ? declared_arrays(avals) : NULL;
+    Py_XDECREF(avals);
+    if (outs == NULL)
+        return NULL;
+    n = PyList_GET_SIZE(outs);
+    views = PyMem_Calloc((size_t)n + 1, sizeof *views);
+    keep = PyMem_Calloc((size_t)n + 1, sizeof *keep);
+    if (views == NULL || keep == NULL)
+        PyErr_NoMemory();
+    else
+        nviews = hcb_py_views_of(st, outs, views, keep, n, 1);
+    if (nviews >= 0) {
+        rc = fill_results(&check, result, views, (size_t)nviews, &err);
+        hcb_py_views_done(views, keep, nviews);
+    }
+    for (Py_ssize_t i = 0; keep != NULL && i < n; i++)
+        Py_XDECREF(keep[i]);
+    PyMem_Free(views);
+    PyMem_Free(keep);
+    if (rc != HCB_OK) {
+        Py_DECREF(outs);
+        return nviews < 0 || PyErr_Occurred() ? NULL : hcb_py_raise(&err);
+    }
+    return outs;
 }
 
 /* ---- the call ------------------------------------------------------------ */
@@ -490,6 +656,7 @@ hcb_py_call(void *user, hcb_device device, const hcb_array *args, size_t nargs,
             const hcb_array *results, size_t nresults, hcb_error *err)
 {
     hcb_py_call_target *t = user;
+    result_check check = {t, true};
     PyGILState_STATE gil;
     PyObject *value, *result;
     int rc;
@@ -510,9 +677,9 @@ hcb_py_call(void *user, hcb_device device, const hcb_array *args, size_t nargs,
     hcb_py_leave_call();
     Py_XDECREF(value);
     if (result == NULL) {
-        rc = raised(t, err);
+        rc = raised(&check, err);
     } else {
-        rc = fill_results(t, result, results, nresults, err);
+        rc = fill_results(&check, result, results, nresults, err);
         Py_DECREF(result);
     }
     hcb_py_target_leave(&t->base);

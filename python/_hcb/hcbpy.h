@@ -1,6 +1,8 @@
 /*
  * hcbpy.h - state shared by the files of the CPython extension
- * host_callback._hcb: module.c (the module and its functions), tap.c
+ * host_callback._hcb: module.c (the module and its functions), targets.c
+ * (registering Python targets and releasing them), entry.c (taps and calls
+ * entering the runtime from Python), lifetime.c (holds of executables), tap.c
  * (delivering a record to a Python tap function), call.c (running a Python
  * call function for XLA and checking its result), buffer.c (in-place
  * buffer callbacks and the Buffer type), print.c (id_print) and bridge.c (what
@@ -15,6 +17,44 @@
 #include <stdbool.h>
 
 #include "hcb/hcb.h"
+
+/*
+ * Locks.  Every lock of the extension, in the order they may be taken
+ * (the runtime's own, numbered 0-6, are listed in src/runtime/runtime.h,
+ * which points here):
+ *
+ *   A. print_mutex  (print.c, process-wide) keeps the lines of one id_print
+ *                   record together when several devices print at once.
+ *                   Taken before the GIL, never while holding it (print_write
+ *                   releases the GIL to take it); the GIL is then taken under
+ *                   it to write to the Python stream.  Not taken again by a
+ *                   thread that holds it (a stream that prints).  Made new
+ *                   in a forked child.
+ *   B. the GIL      taken by consumer and XLA threads to run Python targets
+ *                   (bridge.c, hcb_py_gil_ensure), released around every
+ *                   blocking wait.  Python code that runs under it may take
+ *                   host_callback's own threading locks (_runtime.py), which
+ *                   come after it.
+ *   C. table.mu     (lifetime.c, process-wide) the table of Python targets by
+ *                   id and the generation counter of wait_unused.  A leaf:
+ *                   taken with or without the GIL (the INSTANTIATE handler
+ *                   and the state deleter run on XLA threads without it), and
+ *                   nothing, the GIL included, is taken under it;
+ *                   wait_unused waits on its condition with the GIL
+ *                   released.  Made new in a forked child.
+ *
+ * Against the runtime's locks: A and C are never held while the extension
+ * calls into libhcb.  The GIL may be, for calls that hold a runtime lock
+ * briefly and never wait (registration, stats, take_error, the queue
+ * bound); every call that may wait (submit, barrier, stop, a sharded call)
+ * releases the GIL first.  So the GIL orders before all of the runtime's
+ * locks, and the runtime never takes it under one of them: it holds none
+ * while it calls a target (the extension's entry points) or the log sink.
+ * The extension has no other mutex: no PyMutex, no PyThread lock, no
+ * static lock besides A and C.
+ * Thread-locals (not locks): in_tap (tap.c), in_call (call.c),
+ * keeps_thread_state (bridge.c), print_mutex_held (print.c).
+ */
 
 #define HCB_PY_NDTYPES 64 /* hcb_dtype values are below this */
 
@@ -46,6 +86,17 @@ typedef enum {
     HCB_PY_PRINT
 } hcb_py_kind;
 
+/* The fields of a tap site (host_callback._runtime.TapSite), read by name
+ * once, at registration, so that a delivery reads no Python attribute.
+ * The objects are borrowed from the site (a NamedTuple, which holds them as
+ * its items) and valid while the target keeps its site. */
+typedef struct hcb_py_tap_fields {
+    PyObject *func;       /* func(value, transforms[, device=]) */
+    PyObject *treedef;    /* of the tapped value */
+    PyObject *transforms; /* passed as is */
+    int with_device;      /* pass device= */
+} hcb_py_tap_fields;
+
 /* A Python tap target: what the runtime passes back as `user`.  The struct
  * itself lives for the rest of the process (the runtime's registry keeps
  * its address), but its Python references are dropped by
@@ -56,10 +107,10 @@ typedef enum {
 typedef struct hcb_py_target {
     PyObject *module; /* strong: keeps the state alive */
     hcb_state *state;
-    /* strong: (func, treedef, transforms, with_device) or the kind's own
-     * site; NULL once released */
+    /* strong: a TapSite, or the kind's own site; NULL once released */
     PyObject *site;
     hcb_py_kind kind;
+    hcb_py_tap_fields tap;     /* HCB_PY_TAP and HCB_PY_PRINT: the site's */
     atomic_int_fast64_t holds; /* live executables embedding its id */
     int busy;                  /* deliveries running now (they hold `site`) */
     int release_pending;       /* released while busy: drop at the last leave */
@@ -68,25 +119,27 @@ typedef struct hcb_py_target {
 
 /* A Python call target (call.c), likewise kept for the process.  `base`
  * holds the module, state, site (a host_callback._runtime.CallSite) and
- * name. */
+ * name; the fields below are read from the site by name at registration
+ * (hcb_py_call_site_read), the objects borrowed from it. */
 typedef struct hcb_py_call_target {
     hcb_py_target base;
-    PyObject *func;           /* borrowed from site */
-    PyObject *arg_treedef;    /* borrowed from site */
-    PyObject *result_treedef; /* borrowed from site */
-    int result_is_leaf;       /* result_shape is one array: the fast path */
-    int with_device;          /* pass device= */
-    int narrow_x64; /* accept 64-bit results for declared 32-bit types */
+    PyObject *func;
+    PyObject *arg_treedef;
+    PyObject *result_treedef;
+    int result_is_leaf; /* result_shape is one array: the fast path */
+    int with_device;    /* pass device= */
+    int narrow_x64;     /* accept 64-bit results for declared 32-bit types */
 } hcb_py_call_target;
 
-/* A Python buffer_callback target (buffer.c); `base.site` is
- * (callback, in_treedef, out_treedef, context_type). */
+/* A Python buffer_callback target (buffer.c); `base.site` is a
+ * host_callback._buffer.BufferSite, whose fields are read by name at
+ * registration (hcb_py_buffer_site_read), the objects borrowed from it. */
 typedef struct hcb_py_buffer_target {
     hcb_py_target base;
-    PyObject *callback;     /* borrowed from site */
-    PyObject *in_treedef;   /* borrowed: of (args, kwargs) */
-    PyObject *out_treedef;  /* borrowed */
-    PyObject *context_type; /* borrowed: ExecutionContext(device) */
+    PyObject *callback;
+    PyObject *in_treedef; /* of (args, kwargs) */
+    PyObject *out_treedef;
+    PyObject *context_type; /* ExecutionContext(device) */
 } hcb_py_buffer_target;
 
 /* An id_print target (print.c), registered only when libhcb's printer
@@ -181,7 +234,41 @@ void hcb_py_store(const hcb_array *res, const void *data);
 /* The runtime's log sink (hcb_log_fn); `user` is the module state. */
 void hcb_py_log(void *user, const char *message);
 
+/* targets.c: Python targets and their life. */
+/* A new Python target of `size` bytes (which starts with an hcb_py_target)
+ * for `site` (a new reference is kept), or NULL with an exception set. */
+void *hcb_py_target_new(PyObject *module, PyObject *site, hcb_py_kind kind,
+                        const char *name, Py_ssize_t name_len, size_t size);
+/* Frees a target that never got registered. */
+void hcb_py_target_free(hcb_py_target *t);
+/* Registers `t` as a tap target run by `fn`; the runtime's code, the id in
+ * *id. */
+int hcb_py_register_tap_target(hcb_py_target *t, hcb_tap_fn fn, uint64_t *id,
+                               hcb_error *err);
+/* After registering `t` with result `rc`: its id, entered in the module's
+ * table of targets, or (after freeing it) the error raised. */
+PyObject *hcb_py_target_registered(hcb_py_target *t, int rc, uint64_t id,
+                                   const hcb_error *err);
+/* Reads the fields `names[i]` of `site` (a NamedTuple: `what` names its
+ * class for messages) into `out[i]`, borrowed from it; -1 with a TypeError
+ * that names a missing field. */
+int hcb_py_site_fields(PyObject *site, const char *what,
+                       const char *const *names, PyObject **out, size_t n);
+/* The module functions (their contracts are beside them in targets.c). */
+PyObject *hcb_py_release(PyObject *module, PyObject *arg);
+PyObject *hcb_py_register_tap(PyObject *module, PyObject *args,
+                              PyObject *kwargs);
+PyObject *hcb_py_register_call(PyObject *module, PyObject *args,
+                               PyObject *kwargs);
+PyObject *hcb_py_register_buffer_callback(PyObject *module, PyObject *args,
+                                          PyObject *kwargs);
+PyObject *hcb_py_register_native_tap(PyObject *module, PyObject *args);
+PyObject *hcb_py_register_native_call(PyObject *module, PyObject *args);
+
 /* tap.c */
+/* Fills t->tap from the TapSite `site` (with the GIL, at registration); -1
+ * with an exception. */
+int hcb_py_tap_site_read(hcb_py_target *t, PyObject *site);
 int hcb_py_tap(void *user, hcb_record *rec, hcb_error *err);
 /* True while this thread runs a Python tap function. */
 int hcb_py_in_tap(void);
@@ -191,8 +278,11 @@ int hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
                        size_t nargs, const hcb_array *results, size_t nresults,
                        hcb_error *err);
 PyType_Spec *hcb_py_buffer_spec(void);
+/* Fills the fields of `t` from the BufferSite `site`; -1 with an
+ * exception. */
+int hcb_py_buffer_site_read(hcb_py_buffer_target *t, PyObject *site);
 
-/* sharded.c: taps and calls entering the runtime from Python (jit over
+/* entry.c: taps and calls entering the runtime from Python (jit over
  * sharded operands); `args` as the module functions receive them. */
 PyObject *hcb_py_submit_tap(hcb_state *st, PyObject *args);
 PyObject *hcb_py_run_call(hcb_state *st, PyObject *args);
@@ -202,26 +292,10 @@ PyObject *hcb_py_run_call(hcb_state *st, PyObject *args);
 int hcb_py_print(void *user, hcb_record *rec, hcb_error *err);
 /* Makes the print lock new in the child of a fork (once per process). */
 void hcb_py_print_install_fork_handler(void);
-/* register_print's keyword arguments but the site and its name, all
- * borrowed for the call (module.c parses them, print.c reads them). */
-typedef struct hcb_py_print_args {
-    PyObject *nodes;     /* sequence of (kind, count, key, text) */
-    PyObject *kv_before; /* str */
-    PyObject *kv_after;  /* str */
-    int with_device;
-    PyObject *devices; /* tuple of (device key, name) */
-    PyObject *options; /* numpy's print options as a tuple */
-    PyObject *stream;  /* None: sys.stdout */
-    PyObject *dtypes;  /* sequence of the value's leaf dtype codes */
-} hcb_py_print_args;
-/* 1 when libhcb's printer prints every dtype code of `dtypes`, 0 when not
- * (the site is then a Python tap: register_print registers nothing), -1
- * with an exception. */
-int hcb_py_print_supports_all(PyObject *dtypes);
-/* Fills the print fields of `t` from register_print's arguments; -1 with
- * an exception. */
-int hcb_py_print_setup(hcb_py_print_target *t, const hcb_py_print_args *a);
-void hcb_py_print_clear(hcb_py_print_target *t);
+/* register_print(*, site, name, ...): id_print's target, or None (the
+ * contract is beside it). */
+PyObject *hcb_py_register_print(PyObject *module, PyObject *args,
+                                PyObject *kwargs);
 /* format_value(nodes, arrays, options[, text_of]) -> str */
 PyObject *hcb_py_format_value(hcb_state *st, PyObject *args);
 /* print_write(stream, texts): writes each text and a newline, under the
@@ -254,6 +328,14 @@ void hcb_py_enter_call(void);
 void hcb_py_leave_call(void);
 /* True while this thread runs a Python call or buffer_callback function. */
 int hcb_py_in_call(void);
+/* Fills the fields of `t` from the CallSite `site`; -1 with an
+ * exception. */
+int hcb_py_call_site_read(hcb_py_call_target *t, PyObject *site);
+/* check_results(*, site, name, result) -> list of numpy arrays: checks a
+ * call function's `result` against the CallSite's declaration with the
+ * rules and messages of compiled calls (inline mode), raising the error. */
+PyObject *hcb_py_check_results(PyObject *module, PyObject *args,
+                               PyObject *kwargs);
 int hcb_py_call(void *user, hcb_device device, const hcb_array *args,
                 size_t nargs, const hcb_array *results, size_t nresults,
                 hcb_error *err);

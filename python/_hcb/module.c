@@ -1,12 +1,13 @@
 /*
  * module.c - host_callback._hcb, the CPython face of libhcb.
  *
- * The only C in the project that sees Python, with bridge.c, tap.c and
- * call.c.  It registers Python tap and call sites as runtime targets,
- * exposes the FFI handlers as capsules
- * for jax.ffi.register_ffi_target, and wraps the runtime's barrier, stop,
- * stats and errors.  Every call that may wait releases the GIL.
- * Multi-phase initialisation; the state lives in module state.
+ * The module: its definition, method table, state and initialisation; it
+ * exposes the FFI handlers as capsules for jax.ffi.register_ffi_target and
+ * wraps the runtime's barrier, stop, stats and errors.  Targets are
+ * registered and released in targets.c, taps delivered in tap.c, calls run
+ * in call.c, Python's own entry into the runtime is entry.c.  Every call that
+ * may wait releases the GIL. Multi-phase initialisation; the state lives in
+ * module state.
  */
 #define PY_ARRAY_UNIQUE_SYMBOL hcb_ARRAY_API
 #define NPY_NO_DEPRECATED_API  NPY_2_0_API_VERSION
@@ -59,289 +60,6 @@ hcb_configure(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* A new Python target of `size` bytes (which starts with an hcb_py_target)
- * for `site`, or NULL with an exception set. */
-static void *
-target_new(PyObject *module, PyObject *site, hcb_py_kind kind, const char *name,
-           Py_ssize_t name_len, size_t size)
-{
-    hcb_state *st = state_of(module);
-    hcb_py_target *t;
-
-    if (st->dtypes == NULL || st->tree_flatten == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
-        return NULL;
-    }
-    t = PyMem_RawCalloc(1, size);
-    if (t == NULL) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    Py_INCREF(module);
-    t->module = module;
-    t->state = st;
-    Py_INCREF(site);
-    t->site = site;
-    t->kind = kind;
-    snprintf(t->name, sizeof t->name, "%.*s", (int)name_len, name);
-    return t;
-}
-
-/* Frees a target that never got registered. */
-static void
-target_free(hcb_py_target *t)
-{
-    Py_DECREF(t->site);
-    Py_DECREF(t->module);
-    PyMem_RawFree(t);
-}
-
-/* The id of a registered target (kept in the module's table of targets,
- * for release()), or (after freeing it) the error. */
-static PyObject *
-target_registered(hcb_py_target *t, int rc, uint64_t id, const hcb_error *err)
-{
-    PyObject *key, *cap;
-
-    if (rc != HCB_OK) {
-        target_free(t);
-        return hcb_py_raise(err);
-    }
-    /* Registered: the runtime holds its address from now on, so it is never
-     * freed; if it cannot enter the tables it is merely never released. */
-    if (hcb_py_lifetime_add(t, id) < 0)
-        return PyErr_NoMemory();
-    key = PyLong_FromUnsignedLongLong(id);
-    cap = PyCapsule_New(t, "host_callback._hcb.target", NULL);
-    if (key == NULL || cap == NULL ||
-        PyDict_SetItem(t->state->targets, key, cap) < 0) {
-        Py_XDECREF(key);
-        Py_XDECREF(cap);
-        return NULL;
-    }
-    Py_DECREF(cap);
-    return key;
-}
-
-/* release(id) -> bool: drops the Python references of the Python target
- * `id` (now, or when its running deliveries return); False when `id` is no
- * live Python target.  Called by host_callback/_runtime.py once no compiled
- * program embeds the id and every record queued for it was delivered. */
-static PyObject *
-hcb_release(PyObject *module, PyObject *arg)
-{
-    hcb_state *st = state_of(module);
-    PyObject *cap;
-    hcb_py_target *t;
-
-    cap = PyDict_GetItemWithError(st->targets, arg); /* borrowed */
-    if (cap == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
-        Py_RETURN_FALSE;
-    }
-    t = PyCapsule_GetPointer(cap, "host_callback._hcb.target");
-    if (t == NULL)
-        return NULL;
-    if (PyDict_DelItem(st->targets, arg) < 0)
-        return NULL;
-    hcb_py_target_release(t);
-    Py_RETURN_TRUE;
-}
-
-/* Registers `t` (whose first member is its hcb_py_target) as a tap target
- * run by `fn`; the runtime's code, with the id in *id. */
-static int
-register_tap_target(hcb_py_target *t, hcb_tap_fn fn, uint64_t *id,
-                    hcb_error *err)
-{
-    hcb_tap_target target = HCB_TAP_TARGET_INIT;
-
-    target.fn = fn;
-    target.user = t;
-    target.name = t->name;
-    target.name_len = strlen(t->name);
-    return hcb_runtime_register_tap(t->state->rt, &target, id, err);
-}
-
-/* Registers `t` (whose first member is its hcb_py_target) as a call target
- * run by `fn`; returns its id or (after freeing it) the error. */
-static PyObject *
-call_target_registered(hcb_py_target *t, hcb_call_fn fn)
-{
-    hcb_call_target target = HCB_CALL_TARGET_INIT;
-    uint64_t id = 0;
-    hcb_error err;
-    int rc;
-
-    target.fn = fn;
-    target.user = t;
-    target.name = t->name;
-    target.name_len = strlen(t->name);
-    rc = hcb_runtime_register_call(t->state->rt, &target, &id, &err);
-    return target_registered(t, rc, id, &err);
-}
-
-/* register_tap(site, name) -> int.  `site` is (func, treedef, transforms,
- * with_device); it is kept until release(id). */
-static PyObject *
-hcb_register_tap(PyObject *module, PyObject *args)
-{
-    hcb_py_target *t;
-    PyObject *site;
-    const char *name;
-    Py_ssize_t name_len;
-    uint64_t id = 0;
-    hcb_error err;
-    int rc;
-
-    if (!PyArg_ParseTuple(args, "O!s#:register_tap", &PyTuple_Type, &site,
-                          &name, &name_len))
-        return NULL;
-    if (PyTuple_GET_SIZE(site) != 4 ||
-        !PyCallable_Check(PyTuple_GET_ITEM(site, 0))) {
-        PyErr_SetString(PyExc_TypeError,
-                        "site must be (func, treedef, transforms, "
-                        "with_device) with a callable func");
-        return NULL;
-    }
-    t = target_new(module, site, HCB_PY_TAP, name, name_len, sizeof *t);
-    if (t == NULL)
-        return NULL;
-    rc = register_tap_target(t, hcb_py_tap, &id, &err);
-    return target_registered(t, rc, id, &err);
-}
-
-/* An int field of `obj`, or -1 with an exception set. */
-static long
-int_attr(PyObject *obj, const char *name)
-{
-    PyObject *v = PyObject_GetAttrString(obj, name);
-    long n = v != NULL ? PyLong_AsLong(v) : -1;
-
-    Py_XDECREF(v);
-    return n;
-}
-
-/* register_call(site, name) -> int.  `site` is a CallSite: (func,
- * arg_treedef, result_treedef, result_avals, with_device, narrow_x64); it is
- * kept until release(id). */
-static PyObject *
-hcb_register_call(PyObject *module, PyObject *args)
-{
-    hcb_py_call_target *t;
-    PyObject *site;
-    const char *name;
-    Py_ssize_t name_len;
-    long nodes, leaves;
-    int with_device, narrow;
-
-    if (!PyArg_ParseTuple(args, "O!s#:register_call", &PyTuple_Type, &site,
-                          &name, &name_len))
-        return NULL;
-    if (PyTuple_GET_SIZE(site) != 6 ||
-        !PyCallable_Check(PyTuple_GET_ITEM(site, 0)) ||
-        !PyTuple_Check(PyTuple_GET_ITEM(site, 3))) {
-        PyErr_SetString(PyExc_TypeError,
-                        "site must be (func, arg_treedef, result_treedef, "
-                        "result_avals, with_device, narrow_x64)");
-        return NULL;
-    }
-    nodes = int_attr(PyTuple_GET_ITEM(site, 2), "num_nodes");
-    leaves = int_attr(PyTuple_GET_ITEM(site, 2), "num_leaves");
-    with_device = PyObject_IsTrue(PyTuple_GET_ITEM(site, 4));
-    narrow = PyObject_IsTrue(PyTuple_GET_ITEM(site, 5));
-    if (nodes < 0 || leaves < 0 || with_device < 0 || narrow < 0)
-        return NULL;
-    t = target_new(module, site, HCB_PY_CALL, name, name_len, sizeof *t);
-    if (t == NULL)
-        return NULL;
-    t->func = PyTuple_GET_ITEM(site, 0);
-    t->arg_treedef = PyTuple_GET_ITEM(site, 1);
-    t->result_treedef = PyTuple_GET_ITEM(site, 2);
-    t->result_is_leaf = nodes == 1 && leaves == 1;
-    t->with_device = with_device;
-    t->narrow_x64 = narrow;
-    return call_target_registered(&t->base, hcb_py_call);
-}
-
-/* register_buffer_callback(site, name) -> int.  `site` is (callback,
- * in_treedef, out_treedef, context_type); kept until release(id). */
-static PyObject *
-hcb_register_buffer_callback(PyObject *module, PyObject *args)
-{
-    hcb_py_buffer_target *t;
-    PyObject *site;
-    const char *name;
-    Py_ssize_t name_len;
-
-    if (!PyArg_ParseTuple(args, "O!s#:register_buffer_callback", &PyTuple_Type,
-                          &site, &name, &name_len))
-        return NULL;
-    if (PyTuple_GET_SIZE(site) != 4 ||
-        !PyCallable_Check(PyTuple_GET_ITEM(site, 0)) ||
-        !PyCallable_Check(PyTuple_GET_ITEM(site, 3))) {
-        PyErr_SetString(PyExc_TypeError,
-                        "site must be (callback, in_treedef, out_treedef, "
-                        "context_type)");
-        return NULL;
-    }
-    t = target_new(module, site, HCB_PY_BUFFER, name, name_len, sizeof *t);
-    if (t == NULL)
-        return NULL;
-    t->callback = PyTuple_GET_ITEM(site, 0);
-    t->in_treedef = PyTuple_GET_ITEM(site, 1);
-    t->out_treedef = PyTuple_GET_ITEM(site, 2);
-    t->context_type = PyTuple_GET_ITEM(site, 3);
-    return call_target_registered(&t->base, hcb_py_buffer_call);
-}
-
-/* register_print(*, site, name, nodes, kv_before, kv_after, with_device,
- * devices, options, stream, dtypes) -> int | None: id_print's target for a
- * TapSite whose func is a host_callback._print.Printer (see print.c), or
- * None, with nothing registered, when libhcb's printer does not print one
- * of `dtypes` (the codes of the value's leaves). */
-static PyObject *
-hcb_register_print(PyObject *module, PyObject *args, PyObject *kwargs)
-{
-    /* Python before 3.13 takes char **: the cast keeps -Wwrite-strings. */
-    static const char *keywords[] = {
-        "site",    "name",    "nodes",  "kv_before", "kv_after", "with_device",
-        "devices", "options", "stream", "dtypes",    NULL};
-    hcb_py_print_target *t;
-    hcb_py_print_args a;
-    PyObject *site;
-    const char *name;
-    Py_ssize_t name_len;
-    uint64_t id = 0;
-    hcb_error err;
-    int rc;
-
-    if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$O!s#OUUpO!OOO:register_print", (char **)keywords,
-            &PyTuple_Type, &site, &name, &name_len, &a.nodes, &a.kv_before,
-            &a.kv_after, &a.with_device, &PyTuple_Type, &a.devices, &a.options,
-            &a.stream, &a.dtypes))
-        return NULL;
-    rc = hcb_py_print_supports_all(a.dtypes);
-    if (rc < 0)
-        return NULL;
-    if (rc == 0)
-        Py_RETURN_NONE;
-    t = target_new(module, site, HCB_PY_PRINT, name, name_len, sizeof *t);
-    if (t == NULL)
-        return NULL;
-    if (hcb_py_print_setup(t, &a) < 0) {
-        hcb_py_print_clear(t);
-        target_free(&t->base);
-        return NULL;
-    }
-    rc = register_tap_target(&t->base, hcb_py_print, &id, &err);
-    if (rc != HCB_OK)
-        hcb_py_print_clear(t);
-    return target_registered(&t->base, rc, id, &err);
-}
-
 static PyObject *
 hcb_format_value_fn(PyObject *module, PyObject *args)
 {
@@ -352,59 +70,6 @@ static PyObject *
 hcb_print_write_fn(PyObject *module, PyObject *args)
 {
     return hcb_py_print_write(state_of(module), args);
-}
-
-/* register_native_tap / register_native_call(fn_address, user_address,
- * name) -> int: a C hcb_tap_fn / hcb_call_fn, run with no Python at all. */
-static PyObject *
-register_native(PyObject *module, PyObject *args, bool is_call)
-{
-    unsigned long long fn, user;
-    const char *name;
-    Py_ssize_t name_len;
-    uint64_t id = 0;
-    hcb_error err;
-    int rc;
-
-    if (!PyArg_ParseTuple(args, "KKs#", &fn, &user, &name, &name_len))
-        return NULL;
-    if (fn == 0) {
-        PyErr_SetString(PyExc_ValueError, "the C function pointer is NULL");
-        return NULL;
-    }
-    if (is_call) {
-        hcb_call_target target = HCB_CALL_TARGET_INIT;
-
-        target.fn = (hcb_call_fn)(uintptr_t)fn;
-        target.user = (void *)(uintptr_t)user;
-        target.name = name;
-        target.name_len = (size_t)name_len;
-        rc =
-            hcb_runtime_register_call(state_of(module)->rt, &target, &id, &err);
-    } else {
-        hcb_tap_target target = HCB_TAP_TARGET_INIT;
-
-        target.fn = (hcb_tap_fn)(uintptr_t)fn;
-        target.user = (void *)(uintptr_t)user;
-        target.name = name;
-        target.name_len = (size_t)name_len;
-        rc = hcb_runtime_register_tap(state_of(module)->rt, &target, &id, &err);
-    }
-    if (rc != HCB_OK)
-        return hcb_py_raise(&err);
-    return PyLong_FromUnsignedLongLong(id);
-}
-
-static PyObject *
-hcb_register_native_tap(PyObject *module, PyObject *args)
-{
-    return register_native(module, args, false);
-}
-
-static PyObject *
-hcb_register_native_call(PyObject *module, PyObject *args)
-{
-    return register_native(module, args, true);
 }
 
 static PyObject *
@@ -747,14 +412,24 @@ static PyMethodDef hcb_methods[] = {
     {"configure", hcb_configure, METH_VARARGS,
      "configure(dtypes, device_lookup, on_error, tree_flatten, warn): set "
      "the Python hooks."},
-    {"register_tap", hcb_register_tap, METH_VARARGS,
-     "register_tap(site, name) -> id: register a Python tap site."},
-    {"register_call", hcb_register_call, METH_VARARGS,
-     "register_call(site, name) -> id: register a Python call site."},
-    {"register_buffer_callback", hcb_register_buffer_callback, METH_VARARGS,
-     "register_buffer_callback(site, name) -> id: a Python buffer "
-     "callback."},
-    {"register_print", (PyCFunction)(void (*)(void))hcb_register_print,
+    {"register_tap", (PyCFunction)(void (*)(void))hcb_py_register_tap,
+     METH_VARARGS | METH_KEYWORDS,
+     "register_tap(*, site, name) -> id: register a Python tap site (a "
+     "TapSite, its fields read by name)."},
+    {"register_call", (PyCFunction)(void (*)(void))hcb_py_register_call,
+     METH_VARARGS | METH_KEYWORDS,
+     "register_call(*, site, name) -> id: register a Python call site (a "
+     "CallSite, its fields read by name)."},
+    {"register_buffer_callback",
+     (PyCFunction)(void (*)(void))hcb_py_register_buffer_callback,
+     METH_VARARGS | METH_KEYWORDS,
+     "register_buffer_callback(*, site, name) -> id: a Python buffer "
+     "callback (a BufferSite, its fields read by name)."},
+    {"check_results", (PyCFunction)(void (*)(void))hcb_py_check_results,
+     METH_VARARGS | METH_KEYWORDS,
+     "check_results(*, site, name, result) -> list of arrays: check a call "
+     "function's result as compiled calls do (inline mode)."},
+    {"register_print", (PyCFunction)(void (*)(void))hcb_py_register_print,
      METH_VARARGS | METH_KEYWORDS,
      "register_print(*, site, name, nodes, kv_before, kv_after, with_device, "
      "devices, options, stream, dtypes) -> id, or None when the C printer "
@@ -763,11 +438,11 @@ static PyMethodDef hcb_methods[] = {
      "format_value(nodes, arrays, options) -> str: the C printer."},
     {"print_write", hcb_print_write_fn, METH_VARARGS,
      "print_write(stream, texts): write under id_print's lock."},
-    {"release", hcb_release, METH_O,
+    {"release", hcb_py_release, METH_O,
      "release(id) -> bool: drop the Python references of target id."},
-    {"register_native_tap", hcb_register_native_tap, METH_VARARGS,
+    {"register_native_tap", hcb_py_register_native_tap, METH_VARARGS,
      "register_native_tap(fn, user, name) -> id: a C hcb_tap_fn."},
-    {"register_native_call", hcb_register_native_call, METH_VARARGS,
+    {"register_native_call", hcb_py_register_native_call, METH_VARARGS,
      "register_native_call(fn, user, name) -> id: a C hcb_call_fn."},
     {"submit_tap", hcb_submit_tap, METH_VARARGS,
      "submit_tap(callback_id, device_key, arrays): queue a tap record."},

@@ -3,7 +3,7 @@
  * on the device's consumer thread, without the GIL; the GIL is taken only
  * to write the finished text to the Python stream.
  *
- * The registration (module.c, register_print) gives the target what stays
+ * The registration (register_print, below) gives the target what stays
  * fixed for a tap site: the layout of the value as hcb_print_nodes (built
  * from the treedef by host_callback/_print.py), the "k: v" line (kwargs,
  * transforms) split around the device's name, the names of the devices,
@@ -218,8 +218,25 @@ parse_options(PyObject *t, hcb_print_options *o)
     return 0;
 }
 
-int
-hcb_py_print_supports_all(PyObject *dtypes)
+/* register_print's keyword arguments but the site and its name, all
+ * borrowed for the call (register_print parses them, print_setup reads them).
+ */
+typedef struct hcb_py_print_args {
+    PyObject *nodes;     /* sequence of (kind, count, key, text) */
+    PyObject *kv_before; /* str */
+    PyObject *kv_after;  /* str */
+    int with_device;
+    PyObject *devices; /* tuple of (device key, name) */
+    PyObject *options; /* numpy's print options as a tuple */
+    PyObject *stream;  /* None: sys.stdout */
+    PyObject *dtypes;  /* sequence of the value's leaf dtype codes */
+} hcb_py_print_args;
+
+/* 1 when libhcb's printer prints every dtype code of `dtypes`, 0 when not
+ * (the site is then a Python tap: register_print registers nothing), -1
+ * with an exception. */
+static int
+print_supports_all(PyObject *dtypes)
 {
     PyObject *seq = PySequence_Fast(dtypes, "dtypes must be a sequence");
     Py_ssize_t i;
@@ -241,8 +258,10 @@ hcb_py_print_supports_all(PyObject *dtypes)
     return all;
 }
 
-int
-hcb_py_print_setup(hcb_py_print_target *t, const hcb_py_print_args *a)
+/* Fills the print fields of `t` from register_print's arguments; -1 with
+ * an exception. */
+static int
+print_setup(hcb_py_print_target *t, const hcb_py_print_args *a)
 {
     PyObject *nodes = a->nodes, *before = a->kv_before, *after = a->kv_after;
     PyObject *devices = a->devices, *stream = a->stream, *seq;
@@ -311,8 +330,8 @@ hcb_py_print_setup(hcb_py_print_target *t, const hcb_py_print_args *a)
     return 0;
 }
 
-void
-hcb_py_print_clear(hcb_py_print_target *t)
+static void
+print_clear(hcb_py_print_target *t)
 {
     PyMem_RawFree(t->nodes);
     PyMem_RawFree(t->dev_keys);
@@ -321,6 +340,53 @@ hcb_py_print_clear(hcb_py_print_target *t)
     t->nodes = NULL;
     t->dev_keys = NULL;
     t->dev_names = NULL;
+}
+
+/* register_print(*, site, name, nodes, kv_before, kv_after, with_device,
+ * devices, options, stream, dtypes) -> int | None: id_print's target for a
+ * TapSite whose func is a host_callback._print.Printer (see print.c), or
+ * None, with nothing registered, when libhcb's printer does not print one
+ * of `dtypes` (the codes of the value's leaves). */
+PyObject *
+hcb_py_register_print(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    /* Python before 3.13 takes char **: the cast keeps -Wwrite-strings. */
+    static const char *keywords[] = {
+        "site",    "name",    "nodes",  "kv_before", "kv_after", "with_device",
+        "devices", "options", "stream", "dtypes",    NULL};
+    hcb_py_print_target *t;
+    hcb_py_print_args a;
+    PyObject *site;
+    const char *name;
+    Py_ssize_t name_len;
+    uint64_t id = 0;
+    hcb_error err;
+    int rc;
+
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwargs, "$O!s#OUUpO!OOO:register_print", (char **)keywords,
+            &PyTuple_Type, &site, &name, &name_len, &a.nodes, &a.kv_before,
+            &a.kv_after, &a.with_device, &PyTuple_Type, &a.devices, &a.options,
+            &a.stream, &a.dtypes))
+        return NULL;
+    rc = print_supports_all(a.dtypes);
+    if (rc < 0)
+        return NULL;
+    if (rc == 0)
+        Py_RETURN_NONE;
+    t = hcb_py_target_new(module, site, HCB_PY_PRINT, name, name_len,
+                          sizeof *t);
+    if (t == NULL)
+        return NULL;
+    if (print_setup(t, &a) < 0) {
+        print_clear(t);
+        hcb_py_target_free(&t->base);
+        return NULL;
+    }
+    rc = hcb_py_register_tap_target(&t->base, hcb_py_print, &id, &err);
+    if (rc != HCB_OK)
+        print_clear(t);
+    return hcb_py_target_registered(&t->base, rc, id, &err);
 }
 
 /* ---- the tap ----------------------------------------------------------------
@@ -445,7 +511,7 @@ hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
     } else if ((s1 != NULL && write_text(t->base.state, t->stream, s1) < 0) ||
                write_text(t->base.state, t->stream, s2) < 0) {
         t->broken = 1;
-        mark_printer_broken(PyTuple_GET_ITEM(t->base.site, 0));
+        mark_printer_broken(t->base.tap.func);
         Py_XDECREF(hcb_py_report_exception(&t->base, "id_print", err));
         rc = HCB_ECALLBACK;
     }

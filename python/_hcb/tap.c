@@ -4,7 +4,8 @@
  * Runs on the device's consumer thread (runtime.c), which holds no lock and
  * not the GIL.  Steps: take the GIL; wrap each array of the record in a
  * numpy array that points into the record (no copy) and keeps it alive
- * through a RecordOwner; unflatten them with the site's treedef; call
+ * through a RecordOwner; unflatten them with the site's treedef (the
+ * site's fields were read at registration, hcb_py_tap_site_read); call
  * func(value, transforms[, device=...]); on an exception, hand it to the
  * Python error hook (logging, barrier_wait) and report it to the runtime.
  */
@@ -20,39 +21,59 @@ hcb_py_in_tap(void)
     return in_tap;
 }
 
+/* ---- the site ------------------------------------------------------------ */
+
+int
+hcb_py_tap_site_read(hcb_py_target *t, PyObject *site)
+{
+    static const char *const names[] = {"func", "treedef", "transforms",
+                                        "with_device"};
+    PyObject *f[4];
+    int with_device;
+
+    if (hcb_py_site_fields(site, "TapSite", names, f, 4) < 0)
+        return -1;
+    if (!PyCallable_Check(f[0])) {
+        PyErr_SetString(PyExc_TypeError, "the TapSite's func is not callable");
+        return -1;
+    }
+    with_device = PyObject_IsTrue(f[3]);
+    if (with_device < 0)
+        return -1;
+    t->tap.func = f[0];
+    t->tap.treedef = f[1];
+    t->tap.transforms = f[2];
+    t->tap.with_device = with_device;
+    return 0;
+}
+
 /* ---- the call ------------------------------------------------------------ */
 
 static PyObject *
-call_site(hcb_state *st, PyObject *site, hcb_record *rec)
+call_site(hcb_state *st, const hcb_py_tap_fields *site, hcb_record *rec)
 {
-    PyObject *func = PyTuple_GET_ITEM(site, 0);
-    PyObject *treedef = PyTuple_GET_ITEM(site, 1);
-    PyObject *transforms = PyTuple_GET_ITEM(site, 2);
-    int with_device = PyObject_IsTrue(PyTuple_GET_ITEM(site, 3));
     PyObject *arrays, *value, *result = NULL;
 
-    if (with_device < 0)
-        return NULL;
     arrays = hcb_py_arrays_of(st, rec);
     if (arrays == NULL)
         return NULL;
-    value = PyObject_CallMethodOneArg(treedef, st->str_unflatten, arrays);
+    value = PyObject_CallMethodOneArg(site->treedef, st->str_unflatten, arrays);
     Py_DECREF(arrays);
     if (value == NULL)
         return NULL;
-    if (with_device) {
+    if (site->with_device) {
         PyObject *dev = hcb_py_device_of(st, hcb_record_device(rec));
 
         if (dev != NULL) {
-            PyObject *argv[3] = {value, transforms, dev};
+            PyObject *argv[3] = {value, site->transforms, dev};
 
-            result = PyObject_Vectorcall(func, argv, 2, st->kw_device);
+            result = PyObject_Vectorcall(site->func, argv, 2, st->kw_device);
             Py_DECREF(dev);
         }
     } else {
-        PyObject *argv[2] = {value, transforms};
+        PyObject *argv[2] = {value, site->transforms};
 
-        result = PyObject_Vectorcall(func, argv, 2, NULL);
+        result = PyObject_Vectorcall(site->func, argv, 2, NULL);
     }
     Py_DECREF(value);
     return result;
@@ -77,7 +98,7 @@ hcb_py_tap(void *user, hcb_record *rec, hcb_error *err)
         return rc;
     }
     in_tap = 1;
-    result = call_site(t->state, t->site, rec);
+    result = call_site(t->state, &t->tap, rec);
     in_tap = 0;
     if (result == NULL) {
         char what[96];

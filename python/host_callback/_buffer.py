@@ -70,7 +70,7 @@ class ExecutionContext:
 
 class BufferSite(NamedTuple):
   """What a compiled Python buffer callback refers to by id.  The C target
-  reads the fields by position (python/_hcb/module.c)."""
+  reads the fields by name when it is registered (python/_hcb/buffer.c)."""
 
   callback: Callable[..., Any]
   in_treedef: Any
@@ -79,7 +79,7 @@ class BufferSite(NamedTuple):
 
   def register(self) -> int:
     return _hcb.register_buffer_callback(
-        self, _runtime.callable_name(self.callback))
+        site=self, name=_runtime.callable_name(self.callback))
 
 
 buffer_callback_p = Primitive("hcb_buffer_callback")

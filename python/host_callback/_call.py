@@ -23,6 +23,7 @@ from jax.interpreters import mlir
 
 from host_callback import _batching
 from host_callback import _config
+from host_callback import _hcb
 from host_callback import _containers
 from host_callback import _leaves
 from host_callback import _lowering
@@ -146,32 +147,10 @@ def _declared_results(result_shape: Any
 # ---- inline mode ----------------------------------------------------------
 
 def _inline_result(site: CallSite, result: Any) -> Any:
-  """Checks a result in inline mode, as the C target does for compiled
-  calls, and returns it as JAX arrays."""
-  name = _name(site)
-  leaves, treedef = jax.tree_util.tree_flatten(result)
-  if not site.result_avals:
-    if leaves:
-      raise TypeError(f"host_callback.call: callback {name!r} returned a "
-                      "result, but result_shape declares no result")
-    return site.result_treedef.unflatten([])
-  if treedef != site.result_treedef:
-    raise TypeError(
-        f"host_callback.call: callback {name!r} returned a result with pytree "
-        f"structure {treedef}; result_shape declares {site.result_treedef}")
-  out = []
-  for leaf, (shape, dtype) in zip(leaves, site.result_avals):
-    arr = np.asarray(leaf)
-    narrows = (site.narrow_x64 and arr.dtype.itemsize == 8 and
-               np.dtype(jax.dtypes.canonicalize_dtype(arr.dtype)) == dtype)
-    if arr.shape != shape or (arr.dtype != dtype and not narrows and not (
-        isinstance(leaf, (bool, int, float, complex)) and shape == ())):
-      raise TypeError(
-          f"host_callback.call: callback {name!r} returned "
-          f"{arr.dtype}{list(arr.shape)}; result_shape declares "
-          f"{dtype}{list(shape)}")
-    out.append(jax.numpy.asarray(arr, dtype=dtype))
-  return site.result_treedef.unflatten(out)
+  """Checks a result in inline mode with the C checker of compiled calls
+  (the same rules and messages), and returns it as JAX arrays."""
+  outs = _hcb.check_results(site=site, name=_name(site), result=result)
+  return site.result_treedef.unflatten([jax.numpy.asarray(a) for a in outs])
 
 
 # ---- the API ----------------------------------------------------------------

@@ -115,14 +115,24 @@ def in_call() -> bool:
   """Whether this thread is running a call or buffer_callback function
   (inside the computation that waits for it)."""
 
-def register_tap(site: TapSite, name: str, /) -> int:
-  """Registers a Python tap site; returns its id."""
+def register_tap(*, site: TapSite, name: str) -> int:
+  """Registers a Python tap site; returns its id.  The site's fields are
+  read by name, once."""
 
-def register_call(site: CallSite, name: str, /) -> int:
-  """Registers a Python call site; returns its id."""
+def register_call(*, site: CallSite, name: str) -> int:
+  """Registers a Python call site; returns its id.  The site's fields are
+  read by name, once."""
 
-def register_buffer_callback(site: BufferSite, name: str, /) -> int:
-  """Registers a Python buffer callback site; returns its id."""
+def register_buffer_callback(*, site: BufferSite, name: str) -> int:
+  """Registers a Python buffer callback site; returns its id.  The site's
+  fields are read by name, once."""
+
+def check_results(*, site: CallSite, name: str,
+                  result: Any) -> list[np.ndarray[Any, Any]]:
+  """Checks what call function ``name`` returned against the site's
+  declaration with the rules and messages of compiled calls, and returns
+  it as one new array per declared leaf; raises (TypeError, ValueError)
+  where a compiled call would fail.  For inline mode."""
 
 def release(callback_id: int, /) -> bool:
   """Drops the Python references of Python target ``callback_id`` (now, or

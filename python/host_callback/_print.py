@@ -228,7 +228,7 @@ class Printer:
       target = self._register_print(site, nodes)
     self.path = "python" if target is None else "c"
     if target is None:
-      return _hcb.register_tap(site, "id_print")
+      return _hcb.register_tap(site=site, name="id_print")
     return target
 
   def _register_print(self, site: _runtime.TapSite,

@@ -97,7 +97,7 @@ class TapSite(NamedTuple):
     register = getattr(self.func, "register_tap_site", None)
     if register is not None:  # id_print's Printer: a C target of its own
       return register(self)
-    return _hcb.register_tap(self, callable_name(self.func))
+    return _hcb.register_tap(site=self, name=callable_name(self.func))
 
 
 class CallSite(NamedTuple):
@@ -105,7 +105,7 @@ class CallSite(NamedTuple):
   its argument, the declared result (treedef and ``(shape, dtype)`` per
   leaf), whether it wants the device, and whether a 64-bit result may fill
   a declared 32-bit one (JAX without x64).  The C target reads the fields by
-  position (python/_hcb/module.c, register_call)."""
+  name when it is registered (python/_hcb/call.c, hcb_py_call_site_read)."""
 
   func: Callable[..., Any] | NativeCallback
   arg_treedef: Any
@@ -117,7 +117,7 @@ class CallSite(NamedTuple):
   def register(self) -> int:
     if isinstance(self.func, NativeCallback):  # one id, whatever the site
       return site_id(self.func)
-    return _hcb.register_call(self, callable_name(self.func))
+    return _hcb.register_call(site=self, name=callable_name(self.func))
 
 
 class _CallableKey:

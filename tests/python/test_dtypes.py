@@ -155,7 +155,7 @@ def test_buffer_callback_reads_and_writes_every_value(dtype):
 @pytest.mark.parametrize("name", ["int4", "uint4", "float4_e2m1fn"])
 def test_sharded_jit_taps_and_calls_sub_byte_types(collect, name):
   """Under jit over sharded operands the arrays reach the runtime from
-  numpy (python/_hcb/sharded.c): packed on the way in, unpacked on the way
+  numpy (python/_hcb/entry.c): packed on the way in, unpacked on the way
   out.  (XLA:CPU gathers the operand for device_index with an all-reduce,
   which does not support 2-bit types, "AllReduce for datatype 'u2' is not
   supported", and turns -0 into 0, with or without a callback.)"""

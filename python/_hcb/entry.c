@@ -1,5 +1,5 @@
 /*
- * sharded.c - taps and calls that reach the runtime from Python: under jit
+ * entry.c - taps and calls that reach the runtime from Python: under jit
  * over sharded operands, our custom calls cannot be pinned to one device,
  * so the lowering (host_callback/_lowering.py) goes through JAX's own
  * Python callback, pinned to device_index, whose function calls these:
