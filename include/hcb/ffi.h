@@ -785,7 +785,8 @@ HCB_API XLA_FFI_Error *hcb_ffi_ordinal_handler(XLA_FFI_CallFrame *frame);
 
 /* "hcb_sharded_check": results alias operands; attribute callback_id (u64).
  * Raises the failure a call under jit over sharded operands parked for
- * every device (see src/runtime/runtime.h), else passes its operands through. */
+ * every device (see src/runtime/runtime.h), else passes its operands
+ * through. */
 HCB_API XLA_FFI_Error *hcb_ffi_sharded_check(XLA_FFI_CallFrame *frame);
 
 #ifdef __cplusplus
