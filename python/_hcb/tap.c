@@ -1,10 +1,10 @@
 /*
  * tap.c - delivering one record to a Python tap function.
  *
- * Runs on the device's consumer thread (runtime.c), which holds no lock and
- * not the GIL.  Steps: take the GIL; wrap each array of the record in a
- * numpy array that points into the record (no copy) and keeps it alive
- * through a RecordOwner; unflatten them with the site's treedef (the
+ * Runs on the device's consumer thread (src/runtime/channels.c), which holds
+ * no lock and not the GIL.  Steps: take the GIL; wrap each array of the
+ * record in a numpy array that points into the record (no copy) and keeps it
+ * alive through a RecordOwner; unflatten them with the site's treedef (the
  * site's fields were read at registration, hcb_py_tap_site_read); call
  * func(value, transforms[, device=...]); on an exception, hand it to the
  * Python error hook (logging, barrier_wait) and report it to the runtime.

@@ -4,8 +4,8 @@
  * targets, the module's table of live Python targets, and release(), which
  * drops a target's Python references once no compiled program can reach it
  * (host_callback/_runtime.py decides when; lifetime.c counts the holds).
- * id_print's target is registered by register_print (module.c, print.c)
- * through the same functions.
+ * id_print's target is registered by register_print (print.c) through the
+ * same functions.
  */
 #include "hcbpy.h"
 

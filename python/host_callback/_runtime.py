@@ -333,10 +333,10 @@ def _at_multiprocessing_start(_: object) -> None:
 
 
 def _after_fork_in_child() -> None:
-  """In the child of a fork: a lock of its own (a parent thread that held
-  it is not in the child) and no exception of the parent's taps (the parent
-  reports those); the parent's release thread is not there either, the
-  next retirement starts one.  The C runtime resets itself (src/runtime.c,
+  """In the child of a fork: a lock of its own (a parent thread that held it
+  is not in the child) and no exception of the parent's taps (the parent
+  reports those); the parent's release thread is not there either, the next
+  retirement starts one.  The C runtime resets itself (src/runtime/runtime.c,
   "Fork").  A multiprocessing child ends without ``atexit``: it flushes its
   taps with a multiprocessing finalizer instead."""
   _state.lock = threading.RLock()
