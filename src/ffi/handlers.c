@@ -34,7 +34,7 @@ handler_runtime(const hcb__handler *h, hcb_error *err)
  * operand and a token result: a chain of them keeps XLA from reordering
  * the callbacks of one program (python/host_callback/_order.py).  They
  * carry no data; handlers skip them. */
-static int64_t
+static inline int64_t
 order_tokens(const XLA_FFI_CallFrame *frame)
 {
     int64_t na = frame->args.size, nr = frame->rets.size;

@@ -20,27 +20,6 @@
 
 HCB__TLS channel *hcb__consumer;
 
-static size_t
-slot_of(hcb_device device)
-{
-    return (size_t)(((uint64_t)device * 0x9E3779B97F4A7C15u) >> 52) &
-           (CHANNEL_SLOTS - 1);
-}
-
-channel *
-hcb__channel_find(hcb_runtime *rt, hcb_device device)
-{
-    size_t i = slot_of(device), n;
-
-    for (n = 0; n < CHANNEL_SLOTS; n++, i = (i + 1) & (CHANNEL_SLOTS - 1)) {
-        channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_acquire);
-
-        if (ch == NULL || ch->device == device)
-            return ch;
-    }
-    return NULL;
-}
-
 static channel *
 channel_new(hcb_runtime *rt, hcb_device device, hcb_error *err)
 {
@@ -80,8 +59,8 @@ hcb__channel_free(channel *ch)
 }
 
 /* Finds or creates the channel of `device`. */
-channel *
-hcb__channel_get(hcb_runtime *rt, hcb_device device, hcb_error *err)
+static channel *
+channel_get(hcb_runtime *rt, hcb_device device, hcb_error *err)
 {
     channel *ch = hcb__channel_find(rt, device);
     size_t i;
@@ -93,7 +72,7 @@ hcb__channel_get(hcb_runtime *rt, hcb_device device, hcb_error *err)
     if (ch == NULL && rt->nchannels >= CHANNEL_SLOTS / 2) {
         hcb_error_set(err, HCB_ESTATE, "too many devices (%zu)", rt->nchannels);
     } else if (ch == NULL && (ch = channel_new(rt, device, err)) != NULL) {
-        for (i = slot_of(device);
+        for (i = hcb__channel_slot(device);
              atomic_load_explicit(&rt->slots[i], memory_order_relaxed) != NULL;
              i = (i + 1) & (CHANNEL_SLOTS - 1))
             ;
@@ -212,7 +191,7 @@ hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec, hcb_error *err)
 
     if (rec == NULL)
         return hcb_error_set(err, HCB_EINVAL, "record is NULL");
-    ch = hcb__channel_get(rt, rec->device, err);
+    ch = channel_get(rt, rec->device, err);
     if (ch == NULL) {
         hcb_record_release(rec);
         return err != NULL ? err->code : HCB_ENOMEM;

@@ -7,19 +7,6 @@
 
 #include "runtime/runtime.h"
 
-const target *
-hcb__target_get(hcb_runtime *rt, uint64_t id)
-{
-    uint64_t n = atomic_load_explicit(&rt->ntargets, memory_order_acquire);
-    target *chunk;
-
-    if (id == 0 || id > n)
-        return NULL;
-    chunk = atomic_load_explicit(&rt->chunks[(id - 1) / TARGET_CHUNK],
-                                 memory_order_acquire);
-    return &chunk[(id - 1) % TARGET_CHUNK];
-}
-
 /* Appends a target and publishes it; returns its id through `id`. */
 static int
 target_add(hcb_runtime *rt, const target *t, uint64_t *id, hcb_error *err)

@@ -77,12 +77,6 @@ hcb_runtime_set_only_cpu_device(hcb_runtime *rt, int32_t ordinal)
                           memory_order_relaxed);
 }
 
-int32_t
-hcb__runtime_only_cpu_ordinal(hcb_runtime *rt)
-{
-    return atomic_load_explicit(&rt->only_cpu_ordinal, memory_order_relaxed);
-}
-
 /* ---- fork --------------------------------------------------------------- */
 
 /* Every live runtime, for the fork handler.  A plain mutex: the prepare

@@ -154,11 +154,56 @@ struct hcb_runtime {
 /* The channel whose consumer this thread is, or NULL (channels.c). */
 extern HCB__TLS channel *hcb__consumer;
 
+/* ---- lookups, on every record and call: here, to be inlined ----------- */
+
+/* The first slot to probe for `device`'s channel (open addressing). */
+static inline size_t
+hcb__channel_slot(hcb_device device)
+{
+    return (size_t)(((uint64_t)device * 0x9E3779B97F4A7C15u) >> 52) &
+           (CHANNEL_SLOTS - 1);
+}
+
+/* The channel of `device`, or NULL; no lock (channels are published with
+ * release stores and never removed before the runtime is destroyed). */
+static inline channel *
+hcb__channel_find(hcb_runtime *rt, hcb_device device)
+{
+    size_t i = hcb__channel_slot(device), n;
+
+    for (n = 0; n < CHANNEL_SLOTS; n++, i = (i + 1) & (CHANNEL_SLOTS - 1)) {
+        channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_acquire);
+
+        if (ch == NULL || ch->device == device)
+            return ch;
+    }
+    return NULL;
+}
+
+/* The target of `id`, or NULL; no lock (registry.c appends and publishes
+ * ids with release stores). */
+static inline const target *
+hcb__target_get(hcb_runtime *rt, uint64_t id)
+{
+    uint64_t n = atomic_load_explicit(&rt->ntargets, memory_order_acquire);
+    target *chunk;
+
+    if (id == 0 || id > n)
+        return NULL;
+    chunk = atomic_load_explicit(&rt->chunks[(id - 1) / TARGET_CHUNK],
+                                 memory_order_acquire);
+    return &chunk[(id - 1) % TARGET_CHUNK];
+}
+
+/* The ordinal of the process's only CPU device, or -1 (see
+ * hcb_runtime_set_only_cpu_device). */
+static inline int32_t
+hcb__runtime_only_cpu_ordinal(hcb_runtime *rt)
+{
+    return atomic_load_explicit(&rt->only_cpu_ordinal, memory_order_relaxed);
+}
+
 /* channels.c */
-/* The channel of `device`, or NULL; no lock. */
-channel *hcb__channel_find(hcb_runtime *rt, hcb_device device);
-/* Finds or creates the channel of `device`. */
-channel *hcb__channel_get(hcb_runtime *rt, hcb_device device, hcb_error *err);
 void hcb__channel_free(channel *ch);
 /* Starts the channel's consumer unless it runs.  `recheck` skips the
  * lock-free fast path: the caller saw the queue without a consumer, which
@@ -167,16 +212,10 @@ int hcb__ensure_consumer(channel *ch, bool recheck, hcb_error *err);
 /* queue.c's stall callback: see "Stalls" above. */
 void hcb__channel_stalled(void *user, uint64_t waited_ns);
 
-/* registry.c: the target of `id`, or NULL; no lock. */
-const target *hcb__target_get(hcb_runtime *rt, uint64_t id);
-
 /* runtime.c */
 /* Logs a warning through the runtime's sink (hcb_runtime_set_log), or to
  * stderr without one. */
 void hcb__runtime_log(hcb_runtime *rt, const char *fmt, ...) HCB_PRINTF(2, 3);
-/* The ordinal of the process's only CPU device, or -1 (see
- * hcb_runtime_set_only_cpu_device). */
-int32_t hcb__runtime_only_cpu_ordinal(hcb_runtime *rt);
 
 /* calls.c */
 /* Parks `error` for call `id` until `ndevices` devices have taken it;
