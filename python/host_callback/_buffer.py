@@ -1,6 +1,6 @@
 """``buffer_callback``: host callbacks that work in place on XLA's buffers.
 
-Lowers to the same ``hcb_call`` custom call as ``call`` (src/ffi/handlers.c),
+Lowers to the same ``hcb_call`` custom call as ``call`` (src/ffi/handlers.h),
 with the result buffers aliased to operands where ``input_output_aliases``
 says so.  The C target (python/_hcb/buffer.c) hands the callback
 :class:`Buffer` objects that point at XLA's memory -- no copy in either

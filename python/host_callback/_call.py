@@ -1,6 +1,6 @@
 """``call`` and the ``hcb_call`` primitive.
 
-A call lowers to one XLA custom call, ``hcb_call`` (src/ffi/handlers.c),
+A call lowers to one XLA custom call, ``hcb_call`` (src/ffi/handlers.h),
 whose operands are the flattened argument and whose results are the flattened
 ``result_shape``.  XLA runs it on the thread of the computation, which
 waits: the C target (python/_hcb/call.c) takes the GIL, calls the function

@@ -6,7 +6,7 @@ taps the primal values only and passes tangents through; transposed (a tap
 on tangents, in a custom JVP rule, under ``grad``) it taps the cotangents
 and ``transforms`` gains ``('transpose', {})``.
 
-A tap lowers to one XLA custom call, ``hcb_tap`` (src/ffi/handlers.c), whose
+A tap lowers to one XLA custom call, ``hcb_tap`` (src/ffi/handlers.h), whose
 operands are the tapped arrays followed by the arrays of ``result``, and
 whose results alias those operands: the computation continues with the same
 buffers, and the data dependence orders the tap (after its inputs are

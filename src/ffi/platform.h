@@ -2,7 +2,7 @@
  * platform.h - the seam between what a handler does and where the bytes
  * are.
  *
- * handlers.c decodes XLA's call frame, builds records, submits them and
+ * handlers.h decodes XLA's call frame, builds records, submits them and
  * runs calls the same way on every platform.  What differs by platform is
  * where the operands live and how their bytes reach the host: an
  * hcb__platform answers that.  platform_cpu.c is the CPU's (host memory:
@@ -47,20 +47,5 @@ typedef struct hcb__handler {
     const hcb__platform *platform;
     hcb_runtime *rt;
 } hcb__handler;
-
-/* The bodies of the handlers (handlers.c), on any platform; `ctx` is an
- * hcb__handler.  Run them through hcb_ffi_run_ctx under the target names
- * "hcb_tap", "hcb_call", "hcb_device_ordinal" and "hcb_sharded_check". */
-int hcb__tap_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err);
-int hcb__call_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err);
-int hcb__ordinal_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err);
-int hcb__sharded_check_body(XLA_FFI_CallFrame *frame, void *ctx,
-                            hcb_error *err);
-
-/* hcb_ffi_run_ctx for the bodies of "hcb_call" and "hcb_sharded_check":
- * their failures are the user's call target's, and reach the user as the
- * target wrote them (the bodies name the handler in their own errors). */
-XLA_FFI_Error *hcb__run_as_is(XLA_FFI_CallFrame *frame, const char *name,
-                              hcb_ffi_body_ctx body, void *ctx);
 
 #endif /* HCB_PLATFORM_H */

@@ -3,17 +3,17 @@
  * a record is filled with memcpy and submitted at once, and a call target
  * reads and writes XLA's buffers themselves.  And the handlers libhcb
  * exports for platform "cpu" (include/hcb/ffi.h), over the bodies in
- * handlers.c.
+ * handlers.h, compiled here.
  */
 #include <string.h>
 
-#include "ffi/platform.h"
+#include "ffi/handlers.h"
 #include "runtime/record.h"
 #include "runtime/runtime.h"
 
 /* The only CPU device's ordinal when the runtime knows there is one
  * (hcb_runtime_set_only_cpu_device: it saves asking XLA), else XLA's. */
-static int
+static inline int
 cpu_device(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, hcb_device *out,
            hcb_error *err)
 {
@@ -38,7 +38,7 @@ cpu_copy_on_device(const XLA_FFI_CallFrame *frame, void *dst, const void *src,
     return HCB_OK;
 }
 
-static int
+static inline int
 cpu_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, hcb_record *rec,
          const hcb_array *src, hcb_error *err)
 {
@@ -51,7 +51,7 @@ cpu_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, hcb_record *rec,
     return hcb_runtime_submit(rt, rec, err);
 }
 
-static int
+static inline int
 cpu_call(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
          hcb_device device, const hcb_array *args, size_t nargs,
          const hcb_array *results, size_t nresults, hcb_error *err)

@@ -3,7 +3,7 @@
 #include "testutil.h"
 
 #include "frame.h"
-#include "ffi/platform.h"
+#include "ffi/handlers.h"
 
 static hcb_runtime *rt;
 static tu_sink *sink;

@@ -1,23 +1,37 @@
 /*
- * handlers.c - what the XLA FFI handlers do, on any platform: decode the
+ * handlers.h - what the XLA FFI handlers do, on any platform: decode the
  * call frame, then build and send a record (a tap), run a call target (a
  * call), or answer with the device (the ordinal).  Where the bytes live and
- * how they move is the platform's (platform.h); platform_cpu.c defines the
- * exported CPU handlers over these bodies.
+ * how they move is the platform's (platform.h).
+ *
+ * The bodies are defined here, inline, and compiled into each platform's
+ * file (platform_cpu.c), which defines the exported handlers over them:
+ * with the platform's operations and the handler's context known there,
+ * the compiler makes one straight function of each handler, as fast as a
+ * handler written for that platform alone.  Run them through
+ * hcb_ffi_run_ctx (or hcb__run_as_is) with an hcb__handler as `ctx`, under
+ * the target names "hcb_tap", "hcb_call", "hcb_device_ordinal" and
+ * "hcb_sharded_check".
  *
  * XLA calls a handler on the thread running the computation.  A tap
- * returns as soon as its record is queued (runtime.c delivers it on the
+ * returns as soon as its record is queued (channels.c delivers it on the
  * device's consumer thread); a call returns when its target has filled the
  * results.  Errors come back through `err` and fail the computation with
  * "<target>: <message>" (hcb_ffi_run_ctx).
  */
+#ifndef HCB_HANDLERS_H
+#define HCB_HANDLERS_H
+
 #include "ffi/platform.h"
 #include "runtime/record.h"
 #include "runtime/runtime.h"
 
+/* A handler body: inlined into the platform's handler. */
+#define HCB__BODY static inline __attribute__((always_inline))
+
 #define STACK_ARRAYS 16
 
-static hcb_runtime *
+static inline hcb_runtime *
 handler_runtime(const hcb__handler *h, hcb_error *err)
 {
     hcb_runtime *rt = h->rt != NULL ? h->rt : hcb_runtime_default();
@@ -53,7 +67,7 @@ order_tokens(const XLA_FFI_CallFrame *frame)
  * honours the aliasing the lowering requests, so this is normally a pointer
  * comparison; a copy is made only if a runtime ever hands us distinct
  * buffers. */
-static int
+static inline int
 forward_operands(const hcb__platform *p, XLA_FFI_CallFrame *frame,
                  hcb_error *err)
 {
@@ -108,7 +122,7 @@ check_tap_frame(const XLA_FFI_CallFrame *frame, int64_t ntapped, hcb_error *err)
 
 /* Operands: the tapped arrays, pass-through arrays, [order token]; results
  * alias them.  Attributes: callback_id, ntapped. */
-int
+HCB__BODY int
 hcb__tap_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
 {
     const hcb__handler *h = ctx;
@@ -162,7 +176,7 @@ out:
  * user as the target wrote it: the body names the handler in its own errors
  * only, and its handler adds nothing (hcb__run_as_is).  So does
  * hcb_sharded_check, which raises such a failure. */
-XLA_FFI_Error *
+HCB__BODY XLA_FFI_Error *
 hcb__run_as_is(XLA_FFI_CallFrame *frame, const char *name,
                hcb_ffi_body_ctx body, void *ctx)
 {
@@ -180,7 +194,7 @@ hcb__run_as_is(XLA_FFI_CallFrame *frame, const char *name,
 
 /* Operands: the arguments, [order token]; results: the declared outputs,
  * [order token].  Attribute: callback_id. */
-int
+HCB__BODY int
 hcb__call_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
 {
     const hcb__handler *h = ctx;
@@ -226,7 +240,7 @@ hcb__call_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
  * does not say which device runs it): every device computes its own
  * ordinal into its one s32[] result, and the device that runs the callback
  * hands its own to it. */
-int
+HCB__BODY int
 hcb__ordinal_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
 {
     hcb_array out = {HCB_INVALID, 0, NULL, NULL, 0};
@@ -246,7 +260,7 @@ hcb__ordinal_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
  * the call's failure if one was parked (runtime.h, hcb__sharded_fail), so
  * that all devices fail together instead of some waiting forever in a
  * collective.  Results alias operands.  Attribute: callback_id. */
-int
+HCB__BODY int
 hcb__sharded_check_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
 {
     const hcb__handler *h = ctx;
@@ -265,3 +279,5 @@ hcb__sharded_check_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
                              inner.message);
     return HCB_OK;
 }
+
+#endif /* HCB_HANDLERS_H */
