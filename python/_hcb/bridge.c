@@ -313,6 +313,46 @@ hcb_py_target_release(hcb_py_target *t)
         target_clear(t);
 }
 
+/* ---- named fields ------------------------------------------------------- */
+
+int
+hcb_py_fields(PyObject *obj, const char *what, const char *const *names,
+              PyObject **out, size_t n)
+{
+    Py_ssize_t j;
+    size_t i;
+
+    if (!PyTuple_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "expected a %s, got %.100s", what,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *v = PyObject_GetAttrString(obj, names[i]);
+
+        if (v == NULL) {
+            PyErr_Format(PyExc_TypeError,
+                         "expected a %s, got a %.100s without field '%s'", what,
+                         Py_TYPE(obj)->tp_name, names[i]);
+            return -1;
+        }
+        /* Borrowed: only an item of the tuple is sure to live as long. */
+        for (j = 0; j < PyTuple_GET_SIZE(obj); j++)
+            if (PyTuple_GET_ITEM(obj, j) == v)
+                break;
+        Py_DECREF(v);
+        if (j == PyTuple_GET_SIZE(obj)) {
+            PyErr_Format(PyExc_TypeError,
+                         "expected a %s, got a %.100s whose field '%s' is "
+                         "not one of its items",
+                         what, Py_TYPE(obj)->tp_name, names[i]);
+            return -1;
+        }
+        out[i] = v;
+    }
+    return 0;
+}
+
 /* ---- errors ------------------------------------------------------------- */
 
 PyObject *

@@ -646,7 +646,7 @@ hcb_py_buffer_site_read(hcb_py_buffer_target *t, PyObject *site)
                                         "context_type"};
     PyObject *f[4];
 
-    if (hcb_py_site_fields(site, "BufferSite", names, f, 4) < 0)
+    if (hcb_py_fields(site, "BufferSite", names, f, 4) < 0)
         return -1;
     if (!PyCallable_Check(f[0]) || !PyCallable_Check(f[3])) {
         PyErr_SetString(PyExc_TypeError, "the BufferSite's callback and "

@@ -486,7 +486,7 @@ hcb_py_call_site_read(hcb_py_call_target *t, PyObject *site)
     long nodes, leaves;
     int with_device, narrow;
 
-    if (hcb_py_site_fields(site, "CallSite", names, f, 5) < 0)
+    if (hcb_py_fields(site, "CallSite", names, f, 5) < 0)
         return -1;
     if (!PyCallable_Check(f[0])) {
         PyErr_SetString(PyExc_TypeError, "the CallSite's func is not callable");

@@ -162,6 +162,11 @@ typedef struct hcb_py_print_target {
 } hcb_py_print_target;
 
 /* bridge.c */
+/* Reads the fields `names[i]` of `obj` (a NamedTuple: `what` names its
+ * class for messages) into `out[i]`, borrowed from it; -1 with a TypeError
+ * that names what was expected and what came. */
+int hcb_py_fields(PyObject *obj, const char *what, const char *const *names,
+                  PyObject **out, size_t n);
 /* With the GIL: starts a delivery to `t`, which keeps its site until
  * hcb_py_target_leave.  An error code with `err` filled (no exception) when
  * `t` was released; `kind` ("tap function", ...) names it for the message,
@@ -249,11 +254,6 @@ int hcb_py_register_tap_target(hcb_py_target *t, hcb_tap_fn fn, uint64_t *id,
  * table of targets, or (after freeing it) the error raised. */
 PyObject *hcb_py_target_registered(hcb_py_target *t, int rc, uint64_t id,
                                    const hcb_error *err);
-/* Reads the fields `names[i]` of `site` (a NamedTuple: `what` names its
- * class for messages) into `out[i]`, borrowed from it; -1 with a TypeError
- * that names a missing field. */
-int hcb_py_site_fields(PyObject *site, const char *what,
-                       const char *const *names, PyObject **out, size_t n);
 /* The module functions (their contracts are beside them in targets.c). */
 PyObject *hcb_py_release(PyObject *module, PyObject *arg);
 PyObject *hcb_py_register_tap(PyObject *module, PyObject *args,

@@ -130,26 +130,29 @@ str_size(PyObject *s)
     return n + 1;
 }
 
-/* Nodes from a sequence of (kind, count, key or None, text or None): the
- * array holds `extra` more bytes of strings after the nodes, and *pos
- * points past the nodes' own strings. */
+/* The fields of a host_callback._print.PrintNode. */
+enum { NODE_KIND, NODE_CHILDREN, NODE_KEY, NODE_TEXT, NODE_FIELDS };
+static const char *const node_fields[NODE_FIELDS] = {"kind", "children", "key",
+                                                     "text"};
+
+/* Nodes from a sequence of PrintNodes: the array holds `extra` more bytes
+ * of strings after the nodes, and *pos points past the nodes' own
+ * strings. */
 static hcb_print_node *
 parse_nodes(PyObject *seq, size_t *nnodes, Py_ssize_t extra, char **pos)
 {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i, bytes = extra;
+    PyObject *f[NODE_FIELDS];
     hcb_print_node *nodes;
 
     for (i = 0; i < n; i++) {
-        PyObject *e = PySequence_Fast_GET_ITEM(seq, i);
         Py_ssize_t k, t;
 
-        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 4) {
-            PyErr_SetString(PyExc_TypeError,
-                            "print nodes are (kind, count, key, text) tuples");
+        if (hcb_py_fields(PySequence_Fast_GET_ITEM(seq, i), "PrintNode",
+                          node_fields, f, NODE_FIELDS) < 0)
             return NULL;
-        }
-        k = str_size(PyTuple_GET_ITEM(e, 2));
-        t = str_size(PyTuple_GET_ITEM(e, 3));
+        k = str_size(f[NODE_KEY]);
+        t = str_size(f[NODE_TEXT]);
         if (k < 0 || t < 0)
             return NULL;
         bytes += k + t;
@@ -161,11 +164,15 @@ parse_nodes(PyObject *seq, size_t *nnodes, Py_ssize_t extra, char **pos)
     }
     *pos = (char *)(nodes + n);
     for (i = 0; i < n; i++) {
-        PyObject *e = PySequence_Fast_GET_ITEM(seq, i);
-        PyObject *key = PyTuple_GET_ITEM(e, 2), *text = PyTuple_GET_ITEM(e, 3);
-        long kind = PyLong_AsLong(PyTuple_GET_ITEM(e, 0));
-        long count = PyLong_AsLong(PyTuple_GET_ITEM(e, 1));
+        PyObject *key, *text;
+        long kind, count;
 
+        (void)hcb_py_fields(PySequence_Fast_GET_ITEM(seq, i), "PrintNode",
+                            node_fields, f, NODE_FIELDS); /* checked above */
+        key = f[NODE_KEY];
+        text = f[NODE_TEXT];
+        kind = PyLong_AsLong(f[NODE_KIND]);
+        count = PyLong_AsLong(f[NODE_CHILDREN]);
         if ((kind == -1 || count == -1) && PyErr_Occurred())
             goto fail;
         nodes[i].kind = (hcb_print_kind)kind;
@@ -182,21 +189,31 @@ fail:
     return NULL;
 }
 
-/* numpy's print options as host_callback/_print.py passes them: (threshold,
- * edgeitems, linewidth, precision, floatmode, sign, suppress, nanstr,
- * infstr). */
+/* numpy's print options as host_callback/_print.py passes them: a
+ * PrintOptions, its fields read by name and converted in this order. */
 static int
-parse_options(PyObject *t, hcb_print_options *o)
+parse_options(PyObject *options, hcb_print_options *o)
 {
     static const hcb_print_options init = HCB_PRINT_OPTIONS_INIT;
+    static const char *const names[] = {"threshold", "edgeitems", "linewidth",
+                                        "precision", "floatmode", "sign",
+                                        "suppress",  "nanstr",    "infstr"};
+    enum { N = sizeof names / sizeof names[0] };
+    PyObject *f[N], *t;
     long long threshold;
-    int edge, width, precision, mode, suppress;
+    int edge, width, precision, mode, suppress, ok;
     const char *sign, *nan, *inf;
     Py_ssize_t sign_len, nan_len, inf_len;
 
-    if (!PyArg_ParseTuple(t, "Liiiis#ps#s#:print options", &threshold, &edge,
+    if (hcb_py_fields(options, "PrintOptions", names, f, N) < 0 ||
+        (t = PyTuple_Pack(N, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7],
+                          f[8])) == NULL)
+        return -1;
+    ok = PyArg_ParseTuple(t, "Liiiis#ps#s#:print options", &threshold, &edge,
                           &width, &precision, &mode, &sign, &sign_len,
-                          &suppress, &nan, &nan_len, &inf, &inf_len))
+                          &suppress, &nan, &nan_len, &inf, &inf_len);
+    Py_DECREF(t);
+    if (!ok)
         return -1;
     if (sign_len != 1 || nan_len >= (Py_ssize_t)sizeof o->nanstr ||
         inf_len >= (Py_ssize_t)sizeof o->infstr) {
@@ -222,12 +239,12 @@ parse_options(PyObject *t, hcb_print_options *o)
  * borrowed for the call (register_print parses them, print_setup reads them).
  */
 typedef struct hcb_py_print_args {
-    PyObject *nodes;     /* sequence of (kind, count, key, text) */
+    PyObject *nodes;     /* sequence of PrintNode */
     PyObject *kv_before; /* str */
     PyObject *kv_after;  /* str */
     int with_device;
-    PyObject *devices; /* tuple of (device key, name) */
-    PyObject *options; /* numpy's print options as a tuple */
+    PyObject *devices; /* dict: device key -> name */
+    PyObject *options; /* a PrintOptions */
     PyObject *stream;  /* None: sys.stdout */
     PyObject *dtypes;  /* sequence of the value's leaf dtype codes */
 } hcb_py_print_args;
@@ -264,29 +281,26 @@ static int
 print_setup(hcb_py_print_target *t, const hcb_py_print_args *a)
 {
     PyObject *nodes = a->nodes, *before = a->kv_before, *after = a->kv_after;
-    PyObject *devices = a->devices, *stream = a->stream, *seq;
-    Py_ssize_t extra, i, nd;
+    PyObject *devices = a->devices, *stream = a->stream, *seq, *key, *name;
+    Py_ssize_t extra, i, nd, at;
     char *pos;
 
-    if (!PyUnicode_Check(before) || !PyUnicode_Check(after) ||
-        !PyTuple_Check(devices)) {
+    if (!PyUnicode_Check(before) || !PyUnicode_Check(after)) {
         PyErr_SetString(PyExc_TypeError,
-                        "register_print: kv_before and kv_after are str, "
-                        "devices a tuple");
+                        "register_print: kv_before and kv_after are str");
         return -1;
     }
     if (parse_options(a->options, &t->opts) < 0)
         return -1;
-    nd = PyTuple_GET_SIZE(devices);
+    nd = PyDict_GET_SIZE(devices);
     extra = str_size(before) + str_size(after);
-    for (i = 0; i < nd; i++) {
-        PyObject *d = PyTuple_GET_ITEM(devices, i);
+    for (at = 0; PyDict_Next(devices, &at, &key, &name);) {
         Py_ssize_t n;
 
-        if (!PyTuple_Check(d) || PyTuple_GET_SIZE(d) != 2 ||
-            (n = str_size(PyTuple_GET_ITEM(d, 1))) < 0) {
+        if (!PyLong_Check(key) || (n = str_size(name)) < 0) {
             PyErr_SetString(PyExc_TypeError,
-                            "devices are (device_key, name) tuples");
+                            "register_print: devices maps device keys (int) "
+                            "to names (str)");
             return -1;
         }
         extra += n;
@@ -310,15 +324,13 @@ print_setup(hcb_py_print_target *t, const hcb_py_print_args *a)
     if (copy_str(before, "kv_before", &pos, &t->kv_before) < 0 ||
         copy_str(after, "kv_after", &pos, &t->kv_after) < 0)
         return -1;
-    for (i = 0; i < nd; i++) {
-        PyObject *d = PyTuple_GET_ITEM(devices, i);
-        long long key = PyLong_AsLongLong(PyTuple_GET_ITEM(d, 0));
+    for (i = 0, at = 0; i < nd && PyDict_Next(devices, &at, &key, &name); i++) {
+        long long k = PyLong_AsLongLong(key);
 
-        if (key == -1 && PyErr_Occurred())
+        if (k == -1 && PyErr_Occurred())
             return -1;
-        t->dev_keys[i] = (hcb_device)key;
-        if (copy_str(PyTuple_GET_ITEM(d, 1), "device name", &pos,
-                     &t->dev_names[i]) < 0)
+        t->dev_keys[i] = (hcb_device)k;
+        if (copy_str(name, "device name", &pos, &t->dev_names[i]) < 0)
             return -1;
     }
     t->ndevices = (size_t)nd;
@@ -366,7 +378,7 @@ hcb_py_register_print(PyObject *module, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(
             args, kwargs, "$O!s#OUUpO!OOO:register_print", (char **)keywords,
             &PyTuple_Type, &site, &name, &name_len, &a.nodes, &a.kv_before,
-            &a.kv_after, &a.with_device, &PyTuple_Type, &a.devices, &a.options,
+            &a.kv_after, &a.with_device, &PyDict_Type, &a.devices, &a.options,
             &a.stream, &a.dtypes))
         return NULL;
     rc = print_supports_all(a.dtypes);

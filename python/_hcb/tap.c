@@ -31,7 +31,7 @@ hcb_py_tap_site_read(hcb_py_target *t, PyObject *site)
     PyObject *f[4];
     int with_device;
 
-    if (hcb_py_site_fields(site, "TapSite", names, f, 4) < 0)
+    if (hcb_py_fields(site, "TapSite", names, f, 4) < 0)
         return -1;
     if (!PyCallable_Check(f[0])) {
         PyErr_SetString(PyExc_TypeError, "the TapSite's func is not callable");

@@ -146,43 +146,6 @@ call_target_registered(hcb_py_target *t, hcb_call_fn fn)
     return hcb_py_target_registered(t, rc, id, &err);
 }
 
-int
-hcb_py_site_fields(PyObject *site, const char *what, const char *const *names,
-                   PyObject **out, size_t n)
-{
-    Py_ssize_t j;
-    size_t i;
-
-    if (!PyTuple_Check(site)) {
-        PyErr_Format(PyExc_TypeError, "site must be a %s, not %.100s", what,
-                     Py_TYPE(site)->tp_name);
-        return -1;
-    }
-    for (i = 0; i < n; i++) {
-        PyObject *v = PyObject_GetAttrString(site, names[i]);
-
-        if (v == NULL) {
-            PyErr_Format(PyExc_TypeError,
-                         "site must be a %s: it has no field '%s'", what,
-                         names[i]);
-            return -1;
-        }
-        /* Borrowed: only an item of the tuple is sure to live as long. */
-        for (j = 0; j < PyTuple_GET_SIZE(site); j++)
-            if (PyTuple_GET_ITEM(site, j) == v)
-                break;
-        Py_DECREF(v);
-        if (j == PyTuple_GET_SIZE(site)) {
-            PyErr_Format(PyExc_TypeError,
-                         "site must be a %s: field '%s' is not an item", what,
-                         names[i]);
-            return -1;
-        }
-        out[i] = v;
-    }
-    return 0;
-}
-
 /* Parses the keyword-only arguments (site, name) of a registration with
  * `format` ("|$Os#:f": Python's parser takes keyword-only ones as optional,
  * so a missing one is an error here). */

@@ -5,8 +5,10 @@ call, buffer-callback and print sites as runtime targets, the FFI handlers
 as capsules, the runtime's barrier, stop, stats and errors, and the
 :class:`Buffer` type that buffer callbacks receive.  Functions of the method
 table take their arguments by position only (``METH_VARARGS``, ``METH_O``,
-``METH_FASTCALL``).  A site passed to a ``register_*`` function is kept for
-the life of the process; the C code reads its fields by position.
+``METH_FASTCALL``), but the ``register_*`` functions and ``check_results``,
+which take keyword-only ones.  A site passed to a ``register_*`` function is
+kept until ``release``; the C code reads the fields of sites, print nodes
+and print options by name (a site's once, at registration).
 """
 
 from collections.abc import Callable, Sequence
@@ -19,20 +21,9 @@ from _typeshed import SupportsWrite
 from typing_extensions import CapsuleType
 
 from host_callback._buffer import BufferSite
+from host_callback._print import PrintNode, PrintOptions
 from host_callback._runtime import CallSite
 from host_callback._runtime import TapSite
-
-# (kind, count, key, text): one node of id_print's layout (hcb_print_node,
-# include/hcb/hcb.h).  kind: 0 array, 1 text, 2 tuple, 3 list, 4 dict;
-# count: the children of a container; key: its key in the enclosing dict;
-# text: the text of a text node.
-_PrintNode = tuple[int, int, str | None, str | None]
-
-# numpy's print options as the C printer takes them: (threshold, edgeitems,
-# linewidth, precision, floatmode (0 maxprec, 1 fixed, 2 unique,
-# 3 maxprec_equal), sign (one of "-+ "), suppress, nanstr, infstr); nanstr
-# and infstr are at most 15 bytes.
-_PrintOptions = tuple[int, int, int, int, int, str, bool, str, str]
 
 # The runtime's version, "MAJOR.MINOR.PATCH" (hcb_version_string()).
 version: str
@@ -153,22 +144,22 @@ def wait_unused(timeout_s: float, /) -> None:
 def notify_unused() -> None:
   """Wakes wait_unused."""
 
-def register_print(*, site: TapSite, name: str, nodes: Sequence[_PrintNode],
+def register_print(*, site: TapSite, name: str, nodes: Sequence[PrintNode],
                    kv_before: str, kv_after: str, with_device: bool,
-                   devices: tuple[tuple[int, str], ...],
-                   options: _PrintOptions,
+                   devices: dict[int, str],
+                   options: PrintOptions,
                    stream: SupportsWrite[str] | None,
                    dtypes: Sequence[int]) -> int | None:
   """Registers id_print's C target for ``site`` (whose func is a
   host_callback._print.Printer); returns its id, or None, registering
   nothing, when libhcb's printer does not print one of ``dtypes`` (the
   codes of the value's leaves; it decides, ``hcb_print_supports``).
-  ``devices`` are (device key, name) pairs; ``stream`` None means
+  ``devices`` maps device keys to names; ``stream`` None means
   ``sys.stdout``."""
 
-def format_value(nodes: Sequence[_PrintNode],
+def format_value(nodes: Sequence[PrintNode],
                  arrays: Sequence[npt.ArrayLike],
-                 options: _PrintOptions,
+                 options: PrintOptions,
                  text_of: Callable[[Any], str] | None = None, /) -> str:
   """The text of one value, laid out by ``nodes``, by the C printer; with
   ``text_of``, an array whose dtype the C printer does not print is

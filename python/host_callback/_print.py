@@ -33,7 +33,7 @@ the containers; numpy formats every other array.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
 import jax
 import numpy as np
@@ -69,14 +69,35 @@ def _dtype_code(leaf: Any) -> int:
     dtype = np.result_type(leaf)
   return _DTYPE_CODES.get(np.dtype(dtype).name, -1)
 
-Node = tuple[int, int, "str | None", "str | None"]
-# (threshold, edgeitems, linewidth, precision, floatmode, sign, suppress,
-# nanstr, infstr): the print options as the C printer takes them.
-Options = tuple[int, int, int, int, int, str, bool, str, str]
+
+
+class PrintNode(NamedTuple):
+  """One node of a printed value, in preorder, as the C printer takes it
+  (``hcb_print_node``; _hcb reads the fields by name)."""
+
+  kind: int  # _hcb.PRINT_ARRAY, PRINT_TEXT, PRINT_TUPLE, PRINT_LIST, ...
+  children: int  # how many a container has
+  key: str | None  # the dict key this node is the value of
+  text: str | None  # PRINT_TEXT's text
+
+
+class PrintOptions(NamedTuple):
+  """numpy's print options as the C printer takes them
+  (``hcb_print_options``; _hcb reads the fields by name)."""
+
+  threshold: int
+  edgeitems: int
+  linewidth: int
+  precision: int
+  floatmode: int  # _hcb.FLOATMODE_*
+  sign: str
+  suppress: bool
+  nanstr: str
+  infstr: str
 
 
 def _c_options(numpy_options: Mapping[str, Any],
-               threshold: int | None) -> Options | None:
+               threshold: int | None) -> PrintOptions | None:
   """numpy's print options as the C printer takes them, or None when the
   C printer does not implement them."""
   o = numpy_options
@@ -85,14 +106,19 @@ def _c_options(numpy_options: Mapping[str, Any],
       or not 0 <= o["precision"] <= _MAX_PRECISION
       or len(o["nanstr"].encode()) > 15 or len(o["infstr"].encode()) > 15):
     return None
-  return (int(o["threshold"] if threshold is None else threshold),
-          int(o["edgeitems"]), int(o["linewidth"]), int(o["precision"]),
-          _FLOATMODES[o["floatmode"]], str(o["sign"]), bool(o["suppress"]),
-          o["nanstr"], o["infstr"])
+  return PrintOptions(
+      threshold=int(o["threshold"] if threshold is None else threshold),
+      edgeitems=int(o["edgeitems"]), linewidth=int(o["linewidth"]),
+      precision=int(o["precision"]), floatmode=_FLOATMODES[o["floatmode"]],
+      sign=str(o["sign"]), suppress=bool(o["suppress"]),
+      nanstr=o["nanstr"], infstr=o["infstr"])
 
 
 # numpy's defaults: the layout options when every array is numpy's text.
-_DEFAULT_OPTIONS: Options = (1000, 3, 75, 8, 0, "-", False, "nan", "inf")
+_DEFAULT_OPTIONS = PrintOptions(
+    threshold=1000, edgeitems=3, linewidth=75, precision=8,
+    floatmode=_hcb.FLOATMODE_MAXPREC, sign="-", suppress=False, nanstr="nan",
+    infstr="inf")
 
 
 def _frozen(value: Any) -> Any:
@@ -184,7 +210,7 @@ class Printer:
     for the arrays whose dtypes it prints and the containers, numpy's for
     the other arrays (C tells which: ``_hcb.format_value`` asks
     ``numpy_text`` for them)."""
-    nodes: list[Node] = []
+    nodes: list[PrintNode] = []
     arrays: list[np.ndarray] = []
     self._walk(value, None, nodes, arrays)
     return _hcb.format_value(nodes, arrays, self.options or _DEFAULT_OPTIONS,
@@ -195,26 +221,26 @@ class Printer:
     with np.printoptions(**self.numpy_options):
       return np.array2string(array, threshold=self.threshold)
 
-  def _walk(self, value: Any, key: str | None, nodes: list[Node],
+  def _walk(self, value: Any, key: str | None, nodes: list[PrintNode],
             arrays: list[np.ndarray]) -> None:
     if isinstance(value, (tuple, list)):
-      nodes.append((_TUPLE if isinstance(value, tuple) else _LIST,
-                    len(value), key, None))
+      nodes.append(PrintNode(_TUPLE if isinstance(value, tuple) else _LIST,
+                             len(value), key, None))
       for v in value:
         self._walk(v, None, nodes, arrays)
     elif isinstance(value, dict):
       items = sorted(value.items())
-      nodes.append((_DICT, len(items), key, None))
+      nodes.append(PrintNode(_DICT, len(items), key, None))
       for k, v in items:
         self._walk(v, str(k), nodes, arrays)
     elif isinstance(value, np.ndarray):
       if self.options is not None:
-        nodes.append((_ARRAY, 0, key, None))
+        nodes.append(PrintNode(_ARRAY, 0, key, None))
         arrays.append(value)
       else:
-        nodes.append((_TEXT, 0, key, self.numpy_text(value)))
+        nodes.append(PrintNode(_TEXT, 0, key, self.numpy_text(value)))
     else:
-      nodes.append((_TEXT, 0, key, str(value)))
+      nodes.append(PrintNode(_TEXT, 0, key, str(value)))
 
   # ---- the C path ------------------------------------------------------------
 
@@ -222,7 +248,7 @@ class Printer:
     """Registers ``site`` (whose func is this printer) with the runtime:
     as a C print target when its layout is fixed and the C printer prints
     its dtypes, else as a Python tap."""
-    nodes: list[Node] = []
+    nodes: list[PrintNode] = []
     target = None
     if self.options is not None and _treedef_nodes(site.treedef, None, nodes):
       target = self._register_print(site, nodes)
@@ -232,7 +258,7 @@ class Printer:
     return target
 
   def _register_print(self, site: _runtime.TapSite,
-                      nodes: list[Node]) -> int | None:
+                      nodes: list[PrintNode]) -> int | None:
     """The id of the C target of ``site``, or None when the C printer does
     not print one of the value's dtypes."""
     # The line with an empty device name, split after "device: ": the C
@@ -241,8 +267,7 @@ class Printer:
     split = pairs.index("device: ") + 1 if site.with_device else len(pairs)
     before = " ".join(pairs[:split])
     after = "".join(" " + p for p in pairs[split:])
-    devices = tuple((_runtime.device_key(d), str(d))
-                    for d in jax.devices("cpu"))
+    devices = {_runtime.device_key(d): str(d) for d in jax.devices("cpu")}
     assert self.options is not None
     return _hcb.register_print(site=site, name="id_print", nodes=nodes,
                                kv_before=before, kv_after=after,
@@ -256,26 +281,26 @@ def _transforms_text(transforms: Sequence[Any]) -> str:
               for name, params in transforms])
 
 
-def _treedef_nodes(treedef: Any, key: str | None, out: list[Node]) -> bool:
+def _treedef_nodes(treedef: Any, key: str | None, out: list[PrintNode]) -> bool:
   """Appends the print nodes of a treedef's value; False when the layout
   depends on more than the treedef (custom pytree nodes)."""
   if treedef.num_nodes == 1 and treedef.num_leaves == 1:
-    out.append((_ARRAY, 0, key, None))
+    out.append(PrintNode(_ARRAY, 0, key, None))
     return True
   node_type, aux = treedef.node_data()
   children = treedef.children()
   if node_type is type(None):
-    out.append((_TEXT, 0, key, "None"))
+    out.append(PrintNode(_TEXT, 0, key, "None"))
     return True
   if node_type is tuple or (issubclass(node_type, tuple) and
                             hasattr(node_type, "_fields")):
-    out.append((_TUPLE, len(children), key, None))
+    out.append(PrintNode(_TUPLE, len(children), key, None))
     keys: Sequence[str | None] = [None] * len(children)
   elif node_type is list:
-    out.append((_LIST, len(children), key, None))
+    out.append(PrintNode(_LIST, len(children), key, None))
     keys = [None] * len(children)
   elif node_type is dict:  # JAX sorts the keys, as id_print does
-    out.append((_DICT, len(children), key, None))
+    out.append(PrintNode(_DICT, len(children), key, None))
     keys = [str(k) for k in aux]
   else:
     return False

@@ -299,14 +299,25 @@ def test_runtime_errors_raise_one_python_type_per_code():
   # (hcb_py_raise): a value it does not handle is a TypeError, a bad
   # argument a ValueError, each with the runtime's message.
   from host_callback import _hcb
+  from host_callback._print import PrintNode, PrintOptions
 
-  node = [(_hcb.PRINT_ARRAY, 0, None, None)]
-  options = (1000, 3, 75, 8, _hcb.FLOATMODE_MAXPREC, "-", False, "nan", "inf")
+  node = [PrintNode(kind=_hcb.PRINT_ARRAY, children=0, key=None, text=None)]
+  options = PrintOptions(threshold=1000, edgeitems=3, linewidth=75,
+                         precision=8, floatmode=_hcb.FLOATMODE_MAXPREC,
+                         sign="-", suppress=False, nanstr="nan", infstr="inf")
   with pytest.raises(TypeError, match=r"cannot print dtype float8_e4m3fn"):
     _hcb.format_value(node, [np.zeros(2, ml_dtypes.float8_e4m3fn)], options)
-  too_precise = options[:3] + (_hcb.PRINT_MAX_PRECISION + 1,) + options[4:]
+  too_precise = options._replace(precision=_hcb.PRINT_MAX_PRECISION + 1)
   with pytest.raises(ValueError, match=r"print option precision is 401, "
                                        r"expected 0\.\.400"):
     _hcb.format_value(node, [np.zeros(2, np.float32)], too_precise)
   assert _hcb.format_value(node, [np.zeros(2, np.float32)], options) == \
       "[0. 0.]"
+  # The C side reads the print nodes and options by name: a plain tuple of
+  # the right values, or a field that drifted, is refused, naming it.
+  with pytest.raises(TypeError, match=r"expected a PrintNode, got a tuple "
+                                      r"without field 'kind'"):
+    _hcb.format_value([tuple(node[0])], [np.zeros(2, np.float32)], options)
+  with pytest.raises(TypeError, match=r"expected a PrintOptions, got a tuple "
+                                      r"without field 'threshold'"):
+    _hcb.format_value(node, [np.zeros(2, np.float32)], tuple(options))
