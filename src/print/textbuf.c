@@ -6,8 +6,8 @@
 #include "base/common.h"
 #include "print/textbuf.h"
 
-static void
-reserve(textbuf *s, size_t extra)
+void
+hcb__textbuf_grow(textbuf *s, size_t extra)
 {
     size_t cap;
     char *p;
@@ -27,38 +27,6 @@ reserve(textbuf *s, size_t extra)
     hcb__free(s->p);
     s->p = p;
     s->cap = cap;
-}
-
-/* Both return early for n == 0: s->p may still be NULL, and NULL + 0 is
- * undefined in C. */
-void
-hcb__textbuf_put(textbuf *s, const char *t, size_t n)
-{
-    if (n == 0)
-        return;
-    reserve(s, n);
-    if (s->oom)
-        return;
-    memcpy(s->p + s->len, t, n);
-    s->len += n;
-}
-
-void
-hcb__textbuf_putc(textbuf *s, char c)
-{
-    hcb__textbuf_put(s, &c, 1);
-}
-
-void
-hcb__textbuf_fill(textbuf *s, char c, size_t n)
-{
-    if (n == 0)
-        return;
-    reserve(s, n);
-    if (s->oom)
-        return;
-    memset(s->p + s->len, c, n);
-    s->len += n;
 }
 
 /* Hands out the text with snprintf's contract. */
