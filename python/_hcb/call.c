@@ -554,24 +554,18 @@ hcb_py_check_results(PyObject *module, PyObject *args, PyObject *kwargs)
     hcb_state *st = PyModule_GetState(module);
     hcb_py_call_target t;
     result_check check = {&t, false};
-    PyObject *site = NULL, *result = NULL, *avals, *outs;
-    const char *name = NULL;
+    PyObject *site, *result, *avals, *outs;
+    const char *name;
     Py_ssize_t name_len, n, nviews = -1;
     hcb_array *views;
     PyObject **keep;
     hcb_error err;
     int rc = HCB_EINVAL;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$Os#O:check_results",
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$Os#O:check_results",
                                      (char **)kwlist, &site, &name, &name_len,
                                      &result))
         return NULL;
-    if (site == NULL || name == NULL || result == NULL) {
-        PyErr_SetString(PyExc_TypeError,
-                        "check_results() takes the keyword arguments site, "
-                        "name and result");
-        return NULL;
-    }
     /* A target of this check only: never registered, never called. */
     memset(&t, 0, sizeof t);
     t.base.state = st;

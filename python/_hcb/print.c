@@ -137,42 +137,40 @@ static const char *const node_fields[NODE_FIELDS] = {"kind", "children", "key",
 
 /* Nodes from a sequence of PrintNodes: the array holds `extra` more bytes
  * of strings after the nodes, and *pos points past the nodes' own
- * strings. */
+ * strings.  The fields are read once, then sized, then copied. */
 static hcb_print_node *
 parse_nodes(PyObject *seq, size_t *nnodes, Py_ssize_t extra, char **pos)
 {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i, bytes = extra;
-    PyObject *f[NODE_FIELDS];
-    hcb_print_node *nodes;
+    PyObject *(*f)[NODE_FIELDS];
+    hcb_print_node *nodes = NULL;
 
+    f = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof *f);
+    if (f == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
     for (i = 0; i < n; i++) {
         Py_ssize_t k, t;
 
         if (hcb_py_fields(PySequence_Fast_GET_ITEM(seq, i), "PrintNode",
-                          node_fields, f, NODE_FIELDS) < 0)
-            return NULL;
-        k = str_size(f[NODE_KEY]);
-        t = str_size(f[NODE_TEXT]);
-        if (k < 0 || t < 0)
-            return NULL;
+                          node_fields, f[i], NODE_FIELDS) < 0 ||
+            (k = str_size(f[i][NODE_KEY])) < 0 ||
+            (t = str_size(f[i][NODE_TEXT])) < 0)
+            goto fail;
         bytes += k + t;
     }
     nodes = PyMem_RawCalloc(1, (size_t)n * sizeof *nodes + (size_t)bytes + 1);
     if (nodes == NULL) {
         PyErr_NoMemory();
-        return NULL;
+        goto fail;
     }
     *pos = (char *)(nodes + n);
     for (i = 0; i < n; i++) {
-        PyObject *key, *text;
-        long kind, count;
+        PyObject *key = f[i][NODE_KEY], *text = f[i][NODE_TEXT];
+        long kind = PyLong_AsLong(f[i][NODE_KIND]);
+        long count = PyLong_AsLong(f[i][NODE_CHILDREN]);
 
-        (void)hcb_py_fields(PySequence_Fast_GET_ITEM(seq, i), "PrintNode",
-                            node_fields, f, NODE_FIELDS); /* checked above */
-        key = f[NODE_KEY];
-        text = f[NODE_TEXT];
-        kind = PyLong_AsLong(f[NODE_KIND]);
-        count = PyLong_AsLong(f[NODE_CHILDREN]);
         if ((kind == -1 || count == -1) && PyErr_Occurred())
             goto fail;
         nodes[i].kind = (hcb_print_kind)kind;
@@ -182,9 +180,11 @@ parse_nodes(PyObject *seq, size_t *nnodes, Py_ssize_t extra, char **pos)
              copy_str(text, "text", pos, &nodes[i].text) < 0))
             goto fail;
     }
+    PyMem_Free(f);
     *nnodes = (size_t)n;
     return nodes;
 fail:
+    PyMem_Free(f);
     PyMem_RawFree(nodes);
     return NULL;
 }
@@ -285,11 +285,6 @@ print_setup(hcb_py_print_target *t, const hcb_py_print_args *a)
     Py_ssize_t extra, i, nd, at;
     char *pos;
 
-    if (!PyUnicode_Check(before) || !PyUnicode_Check(after)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "register_print: kv_before and kv_after are str");
-        return -1;
-    }
     if (parse_options(a->options, &t->opts) < 0)
         return -1;
     nd = PyDict_GET_SIZE(devices);
@@ -390,7 +385,7 @@ hcb_py_register_print(PyObject *module, PyObject *args, PyObject *kwargs)
                           sizeof *t);
     if (t == NULL)
         return NULL;
-    if (print_setup(t, &a) < 0) {
+    if (hcb_py_tap_site_read(&t->base, site) < 0 || print_setup(t, &a) < 0) {
         print_clear(t);
         hcb_py_target_free(&t->base);
         return NULL;

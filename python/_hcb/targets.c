@@ -16,8 +16,8 @@ state_of(PyObject *module)
 }
 
 /* A new Python target of `size` bytes (which starts with an hcb_py_target)
- * for `site`, or NULL with an exception set.  Of a tap (or id_print) site,
- * the fields are read into t->tap. */
+ * for `site`, or NULL with an exception set.  The caller reads the site's
+ * fields (hcb_py_tap_site_read, ...). */
 void *
 hcb_py_target_new(PyObject *module, PyObject *site, hcb_py_kind kind,
                   const char *name, Py_ssize_t name_len, size_t size)
@@ -41,12 +41,6 @@ hcb_py_target_new(PyObject *module, PyObject *site, hcb_py_kind kind,
     t->site = site;
     t->kind = kind;
     snprintf(t->name, sizeof t->name, "%.*s", (int)name_len, name);
-    /* A tap's fields are read here, where register_print's pass too. */
-    if ((kind == HCB_PY_TAP || kind == HCB_PY_PRINT) &&
-        hcb_py_tap_site_read(t, site) < 0) {
-        hcb_py_target_free(t);
-        return NULL;
-    }
     return t;
 }
 
@@ -147,8 +141,7 @@ call_target_registered(hcb_py_target *t, hcb_call_fn fn)
 }
 
 /* Parses the keyword-only arguments (site, name) of a registration with
- * `format` ("|$Os#:f": Python's parser takes keyword-only ones as optional,
- * so a missing one is an error here). */
+ * `format` ("$Os#:f"; Python's parser names a missing one). */
 static int
 parse_site_name(PyObject *args, PyObject *kwargs, const char *format,
                 PyObject **site, const char **name, Py_ssize_t *name_len)
@@ -156,18 +149,8 @@ parse_site_name(PyObject *args, PyObject *kwargs, const char *format,
     /* Python before 3.13 takes char **: the cast keeps -Wwrite-strings. */
     static const char *kwlist[] = {"site", "name", NULL};
 
-    *site = NULL;
-    *name = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, (char **)kwlist,
-                                     site, name, name_len))
-        return 0;
-    if (*site == NULL || *name == NULL) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s() missing required keyword argument '%s'",
-                     strchr(format, ':') + 1, *site == NULL ? "site" : "name");
-        return 0;
-    }
-    return 1;
+    return PyArg_ParseTupleAndKeywords(args, kwargs, format, (char **)kwlist,
+                                       site, name, name_len);
 }
 
 /* register_tap(*, site, name) -> int.  `site` is a TapSite (its fields
@@ -184,12 +167,16 @@ hcb_py_register_tap(PyObject *module, PyObject *args, PyObject *kwargs)
     hcb_error err;
     int rc;
 
-    if (!parse_site_name(args, kwargs, "|$Os#:register_tap", &site, &name,
+    if (!parse_site_name(args, kwargs, "$Os#:register_tap", &site, &name,
                          &name_len))
         return NULL;
     t = hcb_py_target_new(module, site, HCB_PY_TAP, name, name_len, sizeof *t);
     if (t == NULL)
         return NULL;
+    if (hcb_py_tap_site_read(t, site) < 0) {
+        hcb_py_target_free(t);
+        return NULL;
+    }
     rc = hcb_py_register_tap_target(t, hcb_py_tap, &id, &err);
     return hcb_py_target_registered(t, rc, id, &err);
 }
@@ -205,7 +192,7 @@ hcb_py_register_call(PyObject *module, PyObject *args, PyObject *kwargs)
     const char *name;
     Py_ssize_t name_len;
 
-    if (!parse_site_name(args, kwargs, "|$Os#:register_call", &site, &name,
+    if (!parse_site_name(args, kwargs, "$Os#:register_call", &site, &name,
                          &name_len))
         return NULL;
     t = hcb_py_target_new(module, site, HCB_PY_CALL, name, name_len, sizeof *t);
@@ -230,7 +217,7 @@ hcb_py_register_buffer_callback(PyObject *module, PyObject *args,
     const char *name;
     Py_ssize_t name_len;
 
-    if (!parse_site_name(args, kwargs, "|$Os#:register_buffer_callback", &site,
+    if (!parse_site_name(args, kwargs, "$Os#:register_buffer_callback", &site,
                          &name, &name_len))
         return NULL;
     t = hcb_py_target_new(module, site, HCB_PY_BUFFER, name, name_len,

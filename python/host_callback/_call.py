@@ -23,8 +23,8 @@ from jax.interpreters import mlir
 
 from host_callback import _batching
 from host_callback import _config
-from host_callback import _hcb
 from host_callback import _containers
+from host_callback import _hcb
 from host_callback import _leaves
 from host_callback import _lowering
 from host_callback import _native

@@ -26,7 +26,8 @@
 #include "runtime/record.h"
 #include "runtime/runtime.h"
 
-/* A handler body: inlined into the platform's handler. */
+/* A handler body (or hcb__run_as_is, around one): inlined into the
+ * platform's handler. */
 #define HCB__BODY static inline __attribute__((always_inline))
 
 #define STACK_ARRAYS 16
