@@ -575,12 +575,27 @@ def test_inline_mode_calls_in_the_calling_thread():
         hcb.call(lambda x: np.zeros(2), 1., result_shape=np.float32(0))
       except TypeError as e:
         print(e)
+      # The rules of compiled calls for Python scalars, too.
+      try:
+        hcb.call(lambda x: 2.5, 1., result_shape=np.int32(0))
+      except TypeError as e:
+        print(e)
+      try:
+        hcb.call(lambda x: 300, 1., result_shape=np.int8(0))
+      except ValueError as e:
+        print(e)
   """, env={"HOST_CALLBACK_INLINE": "1", "JAX_NUM_CPU_DEVICES": "2"})
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.split("\n")[:2] == [
       "raised in caller",
       "host_callback.call: callback '<lambda>' returned float64[2]; "
       "result_shape declares float32[]"]
+  scalars = proc.stdout.split("\n")[2:4]
+  assert scalars[0] == ("host_callback.call: callback '<lambda>' returned a "
+                        "Python float; result_shape declares int32[]"), scalars
+  assert scalars[1].startswith(
+      "host_callback.call: callback '<lambda>' returned a Python int that "
+      "does not fit int8[]"), scalars
 
 
 @pytest.mark.parametrize("same_device", [False, True])
