@@ -161,8 +161,7 @@ hcb__tap_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
             goto out;
         }
     }
-    rc = h->platform->send(rt, frame, id, device, views, (size_t)ntapped,
-                           err);
+    rc = h->platform->send(rt, frame, id, device, views, (size_t)ntapped, err);
 out:
     if (views != stack_views)
         hcb__free(views);

@@ -35,19 +35,19 @@
 enum { FREE, TAKEN, PADDING };
 
 typedef struct block {
-    size_t size;    /* of the block, header included, a multiple of ALIGN */
-    int state;      /* FREE, TAKEN, PADDING */
+    size_t size;     /* of the block, header included, a multiple of ALIGN */
+    int state;       /* FREE, TAKEN, PADDING */
     bool on_the_way; /* taken and not yet delivered */
     _Alignas(ALIGN) char data[];
 } block;
 
 static struct {
     hcb__mutex mu;
-    hcb__cond room; /* broadcast when blocks come back or are delivered */
+    hcb__cond room;       /* broadcast when blocks come back or are delivered */
     const hcb__cuda *api; /* the one that allocated `slab` */
     char *slab;
-    size_t capacity;  /* 0 until the slab exists */
-    size_t want;      /* the capacity to allocate (hcb__pinned_configure) */
+    size_t capacity; /* 0 until the slab exists */
+    size_t want;     /* the capacity to allocate (hcb__pinned_configure) */
     size_t head, tail, used, blocks, on_the_way;
     uint64_t waits, refusals;
 } pool;
@@ -126,8 +126,8 @@ pin(const hcb__cuda *api, hcb_error *err)
     int status;
 
     want &= ~(size_t)(ALIGN - 1);
-    if ((status = api->host_alloc(&slab, want,
-                                  HCB__CUDA_HOST_ALLOC_PORTABLE)) != 0)
+    if ((status =
+             api->host_alloc(&slab, want, HCB__CUDA_HOST_ALLOC_PORTABLE)) != 0)
         return hcb__cuda_fail(api, status, "cannot pin host memory", err);
     if ((uintptr_t)slab % ALIGN != 0) { /* CUDA gives pages */
         api->free_host(slab);

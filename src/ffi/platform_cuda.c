@@ -12,9 +12,9 @@
  * the order the program issued them.  A full queue makes `landed` wait,
  * which holds the stream: the device waits (back-pressure).
  *
- *   XLA's thread:   take pinned | memcpyAsync D2H ... | launchHostFunc -> return
- *   the stream:     ... kernels | copies | landed: hcb_runtime_submit | ...
- *   consumer:                                 deliver -> tap function
+ *   XLA's thread:   take pinned | memcpyAsync D2H ... | launchHostFunc ->
+ * return the stream:     ... kernels | copies | landed: hcb_runtime_submit |
+ * ... consumer:                                 deliver -> tap function
  *
  * A call needs the values on the host before its function runs and its
  * results on the device before the program goes on: the operands are
@@ -45,8 +45,8 @@ hcb_call_stream(void)
 
 /* The table and the stream of a call. */
 static int
-stream_of(const XLA_FFI_CallFrame *frame, const hcb__cuda **api,
-          void **stream, hcb_error *err)
+stream_of(const XLA_FFI_CallFrame *frame, const hcb__cuda **api, void **stream,
+          hcb_error *err)
 {
     int rc;
 
@@ -83,8 +83,8 @@ cuda_copy_on_device(const XLA_FFI_CallFrame *frame, void *dst, const void *src,
         return HCB_OK;
     if ((rc = stream_of(frame, &api, &stream, err)) != HCB_OK)
         return rc;
-    if ((status = api->memcpy_async(dst, src, nbytes, HCB__CUDA_D2D,
-                                    stream)) != 0)
+    if ((status = api->memcpy_async(dst, src, nbytes, HCB__CUDA_D2D, stream)) !=
+        0)
         return hcb__cuda_fail(api, status, "copying on the device", err);
     return HCB_OK;
 }
@@ -99,8 +99,8 @@ copy_arrays(const hcb__cuda *api, void *stream, const hcb_array *dst,
 
     for (i = 0; i < n; i++)
         if (src[i].nbytes > 0 &&
-            (status = api->memcpy_async(dst[i].data, src[i].data,
-                                        src[i].nbytes, kind, stream)) != 0)
+            (status = api->memcpy_async(dst[i].data, src[i].data, src[i].nbytes,
+                                        kind, stream)) != 0)
             return hcb__cuda_fail(api, status,
                                   kind == HCB__CUDA_D2H
                                       ? "copying an operand to the host"
@@ -298,8 +298,7 @@ cuda_call(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
                          HCB__CUDA_H2D, err);
     if (rc == HCB_OK && pinned &&
         (status = api->launch_host_func(stream, give_back, mem)) != 0)
-        rc = hcb__cuda_fail(api, status, "hcb_call: enqueueing a release",
-                            err);
+        rc = hcb__cuda_fail(api, status, "hcb_call: enqueueing a release", err);
     if (rc == HCB_OK && !pinned && nresults > 0 &&
         (status = api->stream_synchronize(stream)) != 0)
         rc = hcb__cuda_fail(api, status, "hcb_call: waiting for the results",
@@ -319,10 +318,9 @@ out:
 
 /* A buffer call: the target works on the device buffers, on the stream. */
 static int
-cuda_call_in_place(hcb_runtime *rt, const XLA_FFI_CallFrame *frame,
-                   uint64_t id, hcb_device device, const hcb_array *args,
-                   size_t nargs, const hcb_array *results, size_t nresults,
-                   hcb_error *err)
+cuda_call_in_place(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
+                   hcb_device device, const hcb_array *args, size_t nargs,
+                   const hcb_array *results, size_t nresults, hcb_error *err)
 {
     void *stream = NULL, *outer = call_stream;
     int rc;
@@ -338,8 +336,8 @@ cuda_call_in_place(hcb_runtime *rt, const XLA_FFI_CallFrame *frame,
 const hcb__platform hcb__platform_cuda = {cuda_device, cuda_copy_on_device,
                                           cuda_send, cuda_call};
 
-static const hcb__platform cuda_in_place = {
-    cuda_device, cuda_copy_on_device, cuda_send, cuda_call_in_place};
+static const hcb__platform cuda_in_place = {cuda_device, cuda_copy_on_device,
+                                            cuda_send, cuda_call_in_place};
 
 /* ---- the ordinal ---------------------------------------------------------
  *
@@ -362,8 +360,8 @@ cuda_ordinal_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
         (rc = stream_of(frame, &api, &stream, err)) != HCB_OK)
         return rc;
     if (ordinal < 0 || ordinal > 255)
-        return hcb_error_set(err, HCB_EUNIMPL,
-                             "device ordinal %d is over 255", (int)ordinal);
+        return hcb_error_set(err, HCB_EUNIMPL, "device ordinal %d is over 255",
+                             (int)ordinal);
     if ((status = api->memset_async(out.data, 0, sizeof ordinal, stream)) !=
             0 ||
         (status = api->memset_async(out.data, ordinal, 1, stream)) != 0)
