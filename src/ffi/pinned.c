@@ -159,11 +159,11 @@ hcb__pinned_take(const hcb__cuda *api, size_t n, hcb_error *err)
     }
     if (need <= pool.capacity / 2) {
         while ((b = carve(need)) == NULL && pool.on_the_way > 0) {
+            pool.waits += !waited;
             waited = true;
             hcb__cond_wait(&pool.room, &pool.mu);
         }
     }
-    pool.waits += waited;
     pool.refusals += b == NULL;
     hcb__mutex_unlock(&pool.mu);
     return b != NULL ? b->data : NULL;

@@ -336,8 +336,8 @@ cuda_call_in_place(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
 const hcb__platform hcb__platform_cuda = {cuda_device, cuda_copy_on_device,
                                           cuda_send, cuda_call};
 
-static const hcb__platform cuda_in_place = {cuda_device, cuda_copy_on_device,
-                                            cuda_send, cuda_call_in_place};
+const hcb__platform hcb__platform_cuda_in_place = {
+    cuda_device, cuda_copy_on_device, cuda_send, cuda_call_in_place};
 
 /* ---- the ordinal ---------------------------------------------------------
  *
@@ -372,7 +372,7 @@ cuda_ordinal_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
 /* ---- the exported CUDA handlers ----------------------------------------- */
 
 static const hcb__handler cuda = {&hcb__platform_cuda, NULL};
-static const hcb__handler cuda_buffer = {&cuda_in_place, NULL};
+static const hcb__handler cuda_buffer = {&hcb__platform_cuda_in_place, NULL};
 
 HCB_FFI_HANDLER_CTX(hcb_ffi_tap_cuda, "hcb_tap", hcb__tap_body, &cuda, 0)
 HCB_FFI_HANDLER_CTX(hcb_ffi_ordinal_handler_cuda, "hcb_device_ordinal",
