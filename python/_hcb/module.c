@@ -147,12 +147,16 @@ static const handler_entry cpu_handlers[] = {
     {"hcb_sharded_check", hcb_ffi_sharded_check, 1},
     {NULL, NULL, 0}};
 
+/* The CUDA handlers count no holds: the hold's state type would have to be
+ * registered with the CUDA plugin's own FFI type registry (through PJRT),
+ * which is not known to take it.  A site of a GPU program is kept alive by
+ * the lowering's keepalive instead (host_callback/_runtime.py). */
 static const handler_entry cuda_handlers[] = {
-    {"hcb_tap", hcb_ffi_tap_cuda, 1},
-    {"hcb_call", hcb_ffi_call_cuda, 1},
-    {"hcb_buffer_call", hcb_ffi_buffer_call_cuda, 1},
+    {"hcb_tap", hcb_ffi_tap_cuda, 0},
+    {"hcb_call", hcb_ffi_call_cuda, 0},
+    {"hcb_buffer_call", hcb_ffi_buffer_call_cuda, 0},
     {"hcb_device_ordinal", hcb_ffi_ordinal_handler_cuda, 0},
-    {"hcb_sharded_check", hcb_ffi_sharded_check_cuda, 1},
+    {"hcb_sharded_check", hcb_ffi_sharded_check_cuda, 0},
     {NULL, NULL, 0}};
 
 static PyObject *
