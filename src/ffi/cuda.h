@@ -65,9 +65,12 @@ int hcb__cuda_fail(const hcb__cuda *api, int status, const char *what,
  * record not yet delivered): that is the device's back-pressure.  NULL
  * with HCB_OK in `err->code` when waiting cannot help: `n` is over half
  * the pool, or what holds the pool is all kept by users; the caller then
- * uses memory of its own.  NULL with an error when the pool cannot be
- * allocated. */
+ * stages through smaller blocks, or uses memory of its own.  NULL with an error
+ * when the pool cannot be allocated. */
 void *hcb__pinned_take(const hcb__cuda *api, size_t n, hcb_error *err);
+
+/* The pool's size, 0 before its first use. */
+size_t hcb__pinned_capacity(void);
 
 /* Gives back what hcb__pinned_take returned (any thread, no CUDA call). */
 void hcb__pinned_give(void *p);

@@ -169,6 +169,18 @@ hcb__pinned_take(const hcb__cuda *api, size_t n, hcb_error *err)
     return b != NULL ? b->data : NULL;
 }
 
+size_t
+hcb__pinned_capacity(void)
+{
+    size_t capacity;
+
+    pthread_once(&pool_once, pool_init);
+    hcb__mutex_lock(&pool.mu);
+    capacity = pool.capacity;
+    hcb__mutex_unlock(&pool.mu);
+    return capacity;
+}
+
 static block *
 block_of(void *p)
 {

@@ -18,6 +18,7 @@ static uint64_t sink_id, keep_id, double_id, fail_id, in_place_id;
 /* Records a keeping tap kept (hcb_record_retain), to give back later. */
 static hcb_record *kept[64];
 static atomic_size_t nkept;
+static size_t sink_count_at_keep; /* the sink's count at the last keep */
 
 static int
 keep_fn(void *user, hcb_record *rec, hcb_error *err)
@@ -25,6 +26,7 @@ keep_fn(void *user, hcb_record *rec, hcb_error *err)
     size_t i = atomic_fetch_add(&nkept, 1);
 
     (void)user, (void)err;
+    sink_count_at_keep = tu_sink_count(sink);
     if (i < 64) {
         hcb_record_retain(rec);
         kept[i] = rec;
@@ -257,25 +259,42 @@ test_a_full_pool_makes_the_device_wait(void **state)
     assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 0);
 }
 
-/* A record over half the pool passes, through ordinary memory, with XLA's
- * thread waiting for its copy. */
+/* A record larger than the pool passes, its bytes staged through the pool
+ * in chunks, without XLA's thread waiting for the stream; in order with
+ * the taps around it. */
 static void
 test_a_record_larger_than_the_pool_still_passes(void **state)
 {
-    int64_t n = (2 << 20) / 4; /* 2 MiB > the 1 MiB pool */
-    int32_t *x = calloc((size_t)n, sizeof *x);
+    int64_t n = (2 << 20) / 4 + 1000; /* over 2 MiB: the pool is 1 MiB */
+    int32_t *x = malloc((size_t)n * sizeof *x), small[2] = {1, 2};
     char msg[HCB_ERROR_MESSAGE_SIZE];
     hcb__pinned_stats ps;
+    int64_t i;
 
     (void)state;
-    x[0] = 77;
-    assert_int_equal(tap(x, n, sink_id, msg), 0);
-    assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 1);
+    for (i = 0; i < n; i++)
+        x[i] = (int32_t)i + 77;
+    assert_int_equal(tap(&small[0], 1, sink_id, msg), 0);
+    assert_int_equal(tap(x, n, keep_id, msg), 0);
+    assert_int_equal(tap(&small[1], 1, sink_id, msg), 0);
+    assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 0);
+    fake_stream_drain(stream);
     assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
-    assert_int_equal(tu_sink_count(sink), 1);
-    assert_int_equal(sink->first_value[0], 77);
+    assert_int_equal(tu_sink_count(sink), 2);
+    assert_int_equal(atomic_load(&nkept), 1);
+    assert_int_equal(sink_count_at_keep, 1); /* between the two */
+    {
+        const hcb_array *a = hcb_record_args(kept[0]);
+        const int32_t *got = a[0].data;
+
+        assert_int_equal(a[0].nbytes, (size_t)n * sizeof *x);
+        for (i = 0; i < n; i++)
+            if (got[i] != (int32_t)i + 77)
+                fail_msg("element %lld is %d", (long long)i, got[i]);
+    }
     hcb__pinned_get_stats(&ps);
-    assert_int_equal(ps.refusals, 1);
+    assert_int_equal(ps.refusals, 1); /* whole, then in 9 chunks */
+    assert_true(atomic_load(&fake_cuda_counts.copies) >= 2 + 9);
     free(x);
 }
 
