@@ -11,8 +11,12 @@ threads.  ``call`` calls a Python function synchronously and returns its
 checked result to the computation.  ``barrier_wait`` waits for every
 pending tap and reports exceptions raised by callbacks.  ``native_tap`` and
 ``native_call`` make C functions callbacks (no Python, no GIL per call);
-``get_include``/``get_library`` locate the C API.  See README.md and docs/.
+``get_include``/``get_library`` locate the C API.  ``host_callback.progress``
+(imported on first use; it needs tqdm, the ``progress`` extra) has
+jax-tqdm's progress bars.  See README.md and docs/.
 """
+
+from typing import TYPE_CHECKING
 
 from host_callback._buffer import Buffer
 from host_callback._buffer import ExecutionContext
@@ -37,6 +41,17 @@ from host_callback._types import CallbackFlavor
 from host_callback._types import TapFunctionException
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+  from host_callback import progress as progress
+else:
+  def __getattr__(name: str):
+    # host_callback.progress imports tqdm, an optional dependency: only
+    # when it is first used, never with the package.
+    if name == "progress":
+      import importlib
+      return importlib.import_module("host_callback.progress")
+    raise AttributeError(f"module 'host_callback' has no attribute {name!r}")
 
 __all__ = [
     "Buffer",
