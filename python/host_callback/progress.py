@@ -137,7 +137,7 @@ class _Registry:
       if several:  # name the other devices' open bars of this id too
         for (s, b, d), other in self.bars.items():
           if s == id(spec) and b == bar_id and d != device.id:
-            other.set_description(
+            other.set_description_str(
                 spec.desc + f" ({_device_name(d)})", refresh=False)
       self.positions.add(position)
       self.bars[key] = bar
@@ -404,7 +404,7 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
   Any
     The loop's final value (a ``PBar`` when ``init_val`` is one).
   """
-  spec = _spec(total, None, tqdm_type, kwargs)
+  spec = _spec(total, None, tqdm_type, {"desc": "Running", **kwargs})
   spec.print_rate = 1
   wrapped = isinstance(init_val, PBar)
   bar_id = init_val.id if wrapped else 0
