@@ -24,6 +24,7 @@ from hcb_bench.harness import progress
 from hcb_bench.native import Native
 from hcb_bench.plots import plot_dispatch
 from hcb_bench.plots import plot_payload
+from hcb_bench.progress_bars import measure_progress
 from hcb_bench.plots import plot_per_step
 from hcb_bench.report import report
 from hcb_bench.targets import Measurements
@@ -37,17 +38,19 @@ def run(cfg: Config, out_dir: str) -> list[Target]:
   start = time.perf_counter()
   with tempfile.TemporaryDirectory(prefix="hcb-bench-") as build_dir:
     native = Native(build_dir)
-    progress("1/5 per-step cost in a scan")
+    progress("1/6 per-step cost in a scan")
     steps = measure_per_step(cfg, native)
-    progress("2/5 payload sweep")
+    progress("2/6 payload sweep")
     payload = measure_payload(cfg, native)
-    progress("3/5 dispatch")
+    progress("3/6 dispatch")
     dispatch = measure_dispatch(cfg, native)
-  progress("4/5 printing")
+  progress("4/6 printing")
   printing = measure_printing(cfg)
-  progress("5/5 back-pressure (child process)")
-  m = Measurements(steps, payload, dispatch, printing,
-                   measure_backpressure(cfg))
+  progress("5/6 back-pressure (child process)")
+  backpressure = measure_backpressure(cfg)
+  progress("6/6 progress bars")
+  m = Measurements(steps, payload, dispatch, printing, backpressure,
+                   measure_progress(cfg))
   goals = targets(m)
   plot_per_step(m.steps, os.path.join(out_dir, "per_step.png"))
   plot_payload(m.payload, os.path.join(out_dir, "payload.png"))

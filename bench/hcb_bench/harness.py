@@ -37,19 +37,23 @@ class Config:
   bp_taps: int               # taps per back-pressure repetition
   bp_tap_bytes: int          # bytes per back-pressure tap
   bp_sleep_s: float          # how long the slow tap function sleeps
+  progress_steps: int        # scan length of the progress-bar benchmark
+  progress_every_steps: int  # the same, with an update every step
 
 
 FULL = Config(smoke=False, reps=7, steps=10_000, min_rep_s=0.05,
               payload_sizes=(4, 4 * KiB, 256 * KiB, 4 * MiB, 64 * MiB),
               payload_bytes=512 * MiB, max_taps=10_000, dispatch_calls=2_000,
               prints=10_000, bp_queue_bytes=16_000_000, bp_taps=64,
-              bp_tap_bytes=1 * MiB, bp_sleep_s=0.002)
+              bp_tap_bytes=1 * MiB, bp_sleep_s=0.002,
+              progress_steps=100_000, progress_every_steps=10_000)
 
 SMOKE = Config(smoke=True, reps=1, steps=1_000, min_rep_s=0.0,
                payload_sizes=(4, 4 * KiB, 256 * KiB, 4 * MiB, 64 * MiB),
                payload_bytes=64 * MiB, max_taps=200, dispatch_calls=50,
                prints=200, bp_queue_bytes=16_000_000, bp_taps=24,
-               bp_tap_bytes=1 * MiB, bp_sleep_s=0.001)
+               bp_tap_bytes=1 * MiB, bp_sleep_s=0.001,
+               progress_steps=2_000, progress_every_steps=200)
 
 
 # ---- samples and formatting -------------------------------------------------

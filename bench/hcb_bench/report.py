@@ -22,6 +22,7 @@ from hcb_bench.harness import Config
 from hcb_bench.harness import MiB
 from hcb_bench.harness import num
 from hcb_bench.harness import size_label
+from hcb_bench.progress_bars import ProgressResult
 from hcb_bench.targets import Measurements
 from hcb_bench.targets import Target
 from hcb_bench.targets import part
@@ -182,6 +183,29 @@ def backpressure_section(bp: BackpressureResult) -> list[str]:
   ]
 
 
+def progress_section(p: ProgressResult | None) -> list[str]:
+  if p is None:
+    return ["jax-tqdm is not installed: nothing was measured."]
+  rows = [
+      "A scan of `carry + 1` with a bar drawn into an `io.StringIO` "
+      "(`file=`), end to end (until the bar is complete and closed). A step "
+      "costs (t(N steps) − t(S steps)) / (N − S), S = `print_rate` (one "
+      "update), minus the same for the plain scan, repetition by "
+      "repetition.", "",
+      "| `print_rate` | steps | updates | `progress.scan_tqdm` µs/step | "
+      "jax-tqdm 0.4.0 µs/step | ratio | runs with complete bars |",
+      "|---|---:|---:|---:|---:|---:|---:|"]
+  for r in p.rows.values():
+    ratio = r.ours.ratio(r.theirs)
+    rows.append(
+        f"| {r.label}: {r.print_rate} | {r.steps} | {r.updates} | "
+        f"{r.ours.map(lambda v: v * 1e6).text()} | "
+        f"{r.theirs.map(lambda v: v * 1e6).text()} | "
+        f"{'–' if ratio is None else f'{ratio:.3f}×'} | "
+        f"{r.complete}/{r.runs} |")
+  return rows
+
+
 def report(cfg: Config, m: Measurements, goals: list[Target],
            wall_s: float) -> str:
   """RESULTS.md."""
@@ -239,6 +263,8 @@ def report(cfg: Config, m: Measurements, goals: list[Target],
       *printing_section(m.printing, cfg), "",
       "## 5. Back-pressure", "",
       *backpressure_section(m.backpressure), "",
+      "## 6. Progress bars", "",
+      *progress_section(m.progress), "",
   ]
   if notes:
     lines += ["## What limits the missed targets", "",
