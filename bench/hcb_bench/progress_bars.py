@@ -18,9 +18,10 @@ from hcb_bench.harness import Config
 from hcb_bench.harness import Sample
 from hcb_bench.harness import finish_callbacks
 
+jax_tqdm: Any
 try:
   import jax_tqdm
-except ImportError:  # the section then says so, and its targets are not met
+except ImportError:  # the section says so; its targets are not measured
   jax_tqdm = None
 
 
@@ -30,20 +31,31 @@ class ProgressRow:
 
   label: str
   steps: int
-  print_rate: int
+  print_rate: int | None  # None: each library's default
   ours: Sample
   theirs: Sample
   complete: int   # runs whose bars (ours and jax-tqdm's) ended complete
   runs: int
 
   @property
-  def updates(self) -> int:
-    return self.steps // self.print_rate
+  def updates(self) -> str:
+    """Updates per run, ours and jax-tqdm's when they differ."""
+    if self.print_rate is not None:
+      return f"{self.steps // self.print_rate}"
+    theirs = 20 if self.steps > 20 else self.steps
+    return f"{default_updates(self.steps)} (jax-tqdm: {theirs})"
+
+
+def default_updates(steps: int) -> int:
+  """How many times our bar is updated over ``steps`` by default."""
+  from host_callback import progress
+  return steps // max(1, steps // progress._DEFAULT_UPDATES)
 
 
 @dataclasses.dataclass(frozen=True)
 class ProgressResult:
-  """Every row, keyed: ``default`` (jax-tqdm's default rate, 20 updates),
+  """Every row, keyed: ``defaults`` (each library's default rate),
+  ``default`` (jax-tqdm's default rate, 20 updates, for both),
   ``updates`` (10,000 updates, or every step of a shorter scan) and
   ``every`` (an update every step)."""
 
@@ -59,8 +71,8 @@ def complete(sink: io.StringIO, steps: int) -> bool:
   return bool(found) and found[-1] == (str(steps), str(steps))
 
 
-def bar_scan(module: Any, steps: int, print_rate: int, sink: io.StringIO
-             ) -> Callable[[jax.Array], jax.Array]:
+def bar_scan(module: Any, steps: int, print_rate: int | None,
+             sink: io.StringIO) -> Callable[[jax.Array], jax.Array]:
   """A jitted scan of ``steps`` steps, ``carry + 1``, with ``module``'s
   ``scan_tqdm`` bar drawing into ``sink``."""
 
@@ -85,24 +97,23 @@ def timed(fn: Callable[[jax.Array], jax.Array], x: jax.Array) -> float:
   return time.perf_counter() - start
 
 
-def measure_row(cfg: Config, label: str, steps: int, print_rate: int
+def measure_row(cfg: Config, label: str, steps: int, print_rate: int | None
                 ) -> ProgressRow:
   """Seconds per step of each bar over the plain scan, ``(t(steps) -
   t(short)) / (steps - short)`` where the short scan is ``print_rate``
-  steps long (one update; jax-tqdm refuses a rate above the length), so
-  that creating and closing the bar and the barrier are not counted as
-  steps."""
+  steps long (one update; jax-tqdm refuses a rate above the length; 20
+  steps for the defaults), so that creating and closing the bar and the
+  barrier are not counted as steps."""
   from host_callback import progress
   assert jax_tqdm is not None
-  short = max(print_rate, 2)
+  short = 20 if print_rate is None else max(print_rate, 2)
   x = jnp.zeros((), jnp.float32)
   sinks: dict[str, io.StringIO] = {}
   loops: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}
   for key, module in (("ours", progress), ("theirs", jax_tqdm)):
     sinks[key] = io.StringIO()
     loops[key] = (bar_scan(module, steps, print_rate, sinks[key]),
-                  bar_scan(module, short, min(print_rate, short),
-                           io.StringIO()))
+                  bar_scan(module, short, print_rate, io.StringIO()))
   loops["plain"] = (plain_scan(steps), plain_scan(short))
   for long_loop, short_loop in loops.values():  # compile and warm up
     timed(long_loop, x)
@@ -125,14 +136,15 @@ def measure_row(cfg: Config, label: str, steps: int, print_rate: int
 
 
 def measure_progress(cfg: Config) -> ProgressResult | None:
-  """Item 6: per-step cost of both bars at jax-tqdm's default rate (20
-  updates), at 10,000 updates and with an update every step (on a shorter
-  scan: jax-tqdm's costs about 0.1 ms per update).  None without
-  jax-tqdm."""
+  """Item 6: per-step cost of both bars with their defaults, at
+  jax-tqdm's default rate (20 updates), at 10,000 updates and with an
+  update every step (on a shorter scan: jax-tqdm's costs about 0.1 ms per
+  update).  None without jax-tqdm."""
   if jax_tqdm is None:
     return None
   n = cfg.progress_steps
   return ProgressResult({
+      "defaults": measure_row(cfg, "each one's default", n, None),
       "default": measure_row(cfg, "jax-tqdm's default (20 updates)", n,
                              max(1, n // 20)),
       "updates": measure_row(cfg, "10,000 updates", n, max(1, n // 10_000)),

@@ -190,15 +190,18 @@ def progress_section(p: ProgressResult | None) -> list[str]:
       "A scan of `carry + 1` with a bar drawn into an `io.StringIO` "
       "(`file=`), end to end (until the bar is complete and closed). A step "
       "costs (t(N steps) − t(S steps)) / (N − S), S = `print_rate` (one "
-      "update), minus the same for the plain scan, repetition by "
-      "repetition.", "",
+      "update; 20 with the defaults), minus the same for the plain scan, "
+      "repetition by repetition. With `print_rate=None` each library "
+      "picks its rate: host_callback updates 1,000 times (the host "
+      "throttles redrawing), jax-tqdm 20 times.", "",
       "| `print_rate` | steps | updates | `progress.scan_tqdm` µs/step | "
       "jax-tqdm 0.4.0 µs/step | ratio | runs with complete bars |",
       "|---|---:|---:|---:|---:|---:|---:|"]
   for r in p.rows.values():
     ratio = r.ours.ratio(r.theirs)
+    rate = "`None`" if r.print_rate is None else str(r.print_rate)
     rows.append(
-        f"| {r.label}: {r.print_rate} | {r.steps} | {r.updates} | "
+        f"| {r.label}: {rate} | {r.steps} | {r.updates} | "
         f"{r.ours.map(lambda v: v * 1e6).text()} | "
         f"{r.theirs.map(lambda v: v * 1e6).text()} | "
         f"{'–' if ratio is None else f'{ratio:.3f}×'} | "

@@ -16,7 +16,8 @@ so a loop under ``vmap`` draws one bar per id.  Beyond jax-tqdm:
 - :func:`while_loop` is ``lax.while_loop`` with a bar, whose total may be
   unknown;
 - updates are taps (about a microsecond each on CPU), so by default a bar
-  is updated often (up to 10,000 times per loop) and the host throttles
+  is updated often (every step, or 1,000 times over a loop of more than
+  1,000 steps; jax-tqdm: 20 times) and the host throttles
   redrawing with tqdm's own ``mininterval``/``miniters``, which are passed
   through (jax-tqdm drops them);
 - bars are drawn with positions that no other open bar uses, so
@@ -64,7 +65,7 @@ C = TypeVar("C")
 # With print_rate=None a bar is updated at most this many times per loop
 # (every step of shorter loops).  A tap costs about a microsecond on CPU;
 # tqdm redraws at most every ``mininterval`` seconds whatever the rate.
-_DEFAULT_UPDATES = 10_000
+_DEFAULT_UPDATES = 1_000
 
 _TQDM_TYPES = ("auto", "std", "notebook")
 
@@ -112,14 +113,14 @@ class _Registry:
 
   def __init__(self) -> None:
     self.lock = threading.Lock()
-    self.bars: dict[tuple[int, int, int], Any] = {}
+    self.bars: dict[tuple[_Spec, int, int], Any] = {}
     self.positions: set[int] = set()
     # (loop, bar id) -> the devices that have drawn that bar.
-    self.devices: dict[tuple[int, int], set[int]] = {}
+    self.devices: dict[tuple[_Spec, int], set[int]] = {}
 
   def open(self, spec: _Spec, bar_id: int, device: Any) -> Any:
     """The open bar of ``(spec, bar_id, device)``, created if needed."""
-    key = (id(spec), bar_id, device.id)
+    key = (spec, bar_id, device.id)
     bar = self.bars.get(key)
     if bar is not None:
       return bar
@@ -127,7 +128,7 @@ class _Registry:
       position = spec.position + max(bar_id, 0)
       while position in self.positions:
         position += 1
-      seen = self.devices.setdefault((id(spec), bar_id), set())
+      seen = self.devices.setdefault((spec, bar_id), set())
       seen.add(device.id)
       several = len(seen) > 1
       desc = spec.desc + f" ({device})" if several else spec.desc
@@ -136,7 +137,7 @@ class _Registry:
       bar._hcb_position = position
       if several:  # name the other devices' open bars of this id too
         for (s, b, d), other in self.bars.items():
-          if s == id(spec) and b == bar_id and d != device.id:
+          if s is spec and b == bar_id and d != device.id:
             other.set_description_str(
                 spec.desc + f" ({_device_name(d)})", refresh=False)
       self.positions.add(position)
@@ -145,7 +146,7 @@ class _Registry:
 
   def close(self, spec: _Spec, bar_id: int, device: Any) -> None:
     with self.lock:
-      bar = self.bars.pop((id(spec), bar_id, device.id), None)
+      bar = self.bars.pop((spec, bar_id, device.id), None)
       if bar is not None:
         self.positions.discard(bar._hcb_position)
     if bar is not None:
@@ -212,6 +213,12 @@ class _Spec:
              device: Any) -> None:
     """The tap of ``(steps done, bar id)``: creates the bar if needed and
     moves it on; tqdm decides whether to redraw."""
+    if not transforms:  # the common case, kept short: this runs every step
+      count = int(arg[0])
+      bar = _registry.open(self, int(arg[1]), device)
+      if count > bar.n:
+        bar.update(count - bar.n)
+      return
     for count, bar_id in _elements(arg, transforms):
       bar = _registry.open(self, bar_id, device)
       if count > bar.n:
@@ -303,7 +310,7 @@ def scan_tqdm(n: int, print_rate: int | None = None,
     Number of steps of the scan.
   print_rate : int, optional
     Update the bar every ``print_rate`` steps.  By default every step of
-    a scan of up to 10,000 steps, and 10,000 times over a longer one
+    a scan of up to 1,000 steps, and 1,000 times over a longer one
     (jax-tqdm: 20 times); redrawing is throttled on the host.
   tqdm_type : str
     ``"auto"``, ``"std"`` or ``"notebook"``: the tqdm submodule whose bar
