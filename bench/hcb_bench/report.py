@@ -65,6 +65,13 @@ def gap_notes(m: Measurements, goals: list[Target]) -> list[str]:
         f"{us(d['no callback'])} without a callback; with a native tap "
         f"{us(d['`id_tap`, native tap'])}, with a native call "
         f"{us(d['`call`, native call'])}.")
+  if "progress_default" in missed and m.progress is not None:
+    r = m.progress.rows["default"]
+    notes.append(
+        "- **Progress bars at jax-tqdm's default rate**: "
+        f"`progress.scan_tqdm` {us(r.ours.median)}, jax-tqdm "
+        f"{us(r.theirs.median)} per step over a plain scan, for "
+        f"{r.updates} updates in {r.steps} steps.")
   return notes
 
 
