@@ -1,4 +1,4 @@
-"""The targets of issue 8, each a ratio of two things this run measured
+"""The targets of issues 8 and 19, each a ratio of two things this run measured
 (the list and what each ratio compares: bench/README.md, "Targets")."""
 
 from __future__ import annotations
