@@ -257,6 +257,37 @@ def printing() -> None:
   print(stream.getvalue())
 
 
+# ---- Progress bars -------------------------------------------------------------
+
+def progress_bars() -> None:
+  from host_callback.progress import PBar
+  from host_callback.progress import scan_tqdm
+
+  n = 10_000
+
+  @scan_tqdm(n, desc="training")
+  def step(carry: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return carry + 1, carry + 1
+
+  def run(i: jax.Array) -> jax.Array:
+    final, _ = jax.lax.scan(step, PBar(id=i, carry=jnp.int32(0)),
+                            jnp.arange(n))
+    carry: jax.Array = final.carry
+    return carry
+
+  jax.vmap(run)(jnp.arange(4))
+  hcb.barrier_wait()
+
+  @hcb.progress.loop_tqdm(n)
+  def body(i: jax.Array, val: jax.Array) -> jax.Array:
+    return val + 1
+
+  jax.lax.fori_loop(0, n, body, jnp.int32(0))
+  solved: jax.Array = hcb.progress.while_loop(
+      lambda v: v < 100, lambda v: v * 2, jnp.int32(1), total=None)
+  print(solved)
+
+
 if __name__ == "__main__":
   migrating()
   api_table()
@@ -265,5 +296,7 @@ if __name__ == "__main__":
   buffer_callbacks()
   build_flags()
   printing()
+  progress_bars()
   if len(sys.argv) > 1:
     native_callbacks(sys.argv[1])
+
