@@ -115,8 +115,6 @@ class _Registry:
     self.lock = threading.Lock()
     self.bars: dict[tuple[_Spec, int, int], Any] = {}
     self.positions: set[int] = set()
-    # (loop, bar id) -> the devices that have drawn that bar.
-    self.devices: dict[tuple[_Spec, int], set[int]] = {}
 
   def open(self, spec: _Spec, bar_id: int, device: Any) -> Any:
     """The open bar of ``(spec, bar_id, device)``, created if needed."""
@@ -128,7 +126,7 @@ class _Registry:
       position = spec.position + max(bar_id, 0)
       while position in self.positions:
         position += 1
-      seen = self.devices.setdefault((spec, bar_id), set())
+      seen = spec.devices.setdefault(bar_id, set())
       seen.add(device.id)
       several = len(seen) > 1
       desc = spec.desc + f" ({device})" if several else spec.desc
@@ -208,6 +206,9 @@ class _Spec:
   desc: str
   position: int
   kwargs: dict[str, Any]
+  # bar id -> the devices that have drawn its bar (under the registry's
+  # lock): with several, each bar names its device.
+  devices: dict[int, set[int]] = dataclasses.field(default_factory=dict)
 
   def update(self, arg: tuple[np.ndarray, np.ndarray], transforms: Any, *,
              device: Any) -> None:
@@ -242,13 +243,13 @@ class _Spec:
     self.close_tap = self.close
 
   def tap_update(self, count: Any, bar_id: Any) -> None:
-    id_tap(self.update_tap, (jnp.asarray(count, jnp.int32),
-                         jnp.asarray(bar_id, jnp.int32)),
+    id_tap(self.update_tap,
+           (jnp.asarray(count, jnp.int32), jnp.asarray(bar_id, jnp.int32)),
            tap_with_device=True)
 
   def tap_close(self, count: Any, bar_id: Any) -> None:
-    id_tap(self.close_tap, (jnp.asarray(count, jnp.int32),
-                        jnp.asarray(bar_id, jnp.int32)),
+    id_tap(self.close_tap,
+           (jnp.asarray(count, jnp.int32), jnp.asarray(bar_id, jnp.int32)),
            tap_with_device=True)
 
   def step(self, iter_num: Any, bar_id: Any, body: Callable[[], Any]) -> Any:
