@@ -174,6 +174,14 @@ partial_eval_jaxpr_custom_rules: dict[Any, Any] = (
 ensure_enum: Callable[[Any], Any] = _pe.ensure_enum
 SaveableType: type = _pe.SaveableType
 
+# custom_partial_eval_rules[prim] = rule(trace, *tracers, **params): how
+# JaxprTrace (linearize and grad, and the partial evaluation of control flow
+# under them) stages a primitive; trace.default_process_primitive(prim,
+# tracers, params) is what it does without a rule.  JaxprTrace keeps only the
+# staged equations that its outputs reach, or that carry an effect of
+# partial_eval_kept_effects.  JAX 0.10-0.12.
+custom_partial_eval_rules: dict[Any, Any] = _pe.custom_partial_eval_rules
+
 # ---- dead-code elimination ----------------------------------------------------
 
 # dce_rules[prim] = rule(used_outputs, [live_ins,] eqn) -> (used_inputs,
@@ -276,6 +284,13 @@ def _check_dce_rule() -> str | None:
   return None
 
 
+def _check_custom_partial_eval() -> str | None:
+  if not isinstance(custom_partial_eval_rules, dict):
+    return "custom_partial_eval_rules is not a dict"
+  return _has_params(_pe.JaxprTrace.default_process_primitive, "primitive",
+                     "tracers", "params")
+
+
 def _check_effect_sets() -> str | None:
   for name in ("lowerable_effects", "control_flow_allowed_effects",
                "remat_allowed_effects", "custom_derivatives_allowed_effects",
@@ -341,6 +356,8 @@ TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
     ("partial_eval.partial_eval_jaxpr_custom_rules",
      lambda: None if isinstance(partial_eval_jaxpr_custom_rules, dict)
      else "is not a dict"),
+    ("partial_eval.custom_partial_eval_rules and "
+     "JaxprTrace.default_process_primitive", _check_custom_partial_eval),
     ("partial_eval.ensure_enum and SaveableType",
      lambda: None if ensure_enum(SaveableType()) is not None
      else "ensure_enum returned None"),

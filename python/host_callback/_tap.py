@@ -129,6 +129,19 @@ def _tap_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any,
   return eqn, eqn, [False] * n, [True] * n, residuals
 
 
+def _tap_partial_eval(trace: Any, *tracers: Any, differentiated: bool,
+                      flavor: CallbackFlavor, **params: Any) -> Any:
+  """Partial evaluation (JaxprTrace: linearize and grad, and the partial
+  evaluation of scan, while and cond under them).  A tap of values that
+  carry no tangent (a loop's index: a progress bar) never meets _tap_jvp,
+  so it has no effect, and JaxprTrace drops a staged equation that no
+  output reaches unless it has one.  Staged here, it gets the effect of a
+  differentiated tap (PURE taps excepted, which may go)."""
+  keep = differentiated or flavor is not CallbackFlavor.PURE
+  return trace.default_process_primitive(
+      tap_p, tracers, dict(params, flavor=flavor, differentiated=keep))
+
+
 tap_p.def_impl(_tap_impl)
 tap_p.def_effectful_abstract_eval(_tap_abstract_eval)
 mlir.register_lowering(tap_p, _tap_lowering, platform="cpu")
@@ -136,6 +149,7 @@ batching.primitive_batchers[tap_p] = _tap_batching
 ad.primitive_jvps[tap_p] = _tap_jvp
 ad.primitive_transposes[tap_p] = _tap_transpose
 _jax.partial_eval_jaxpr_custom_rules[tap_p] = _tap_partial_eval_custom
+_jax.custom_partial_eval_rules[tap_p] = _tap_partial_eval
 
 
 _containers.keep_when_unused(tap_p)

@@ -144,6 +144,20 @@ def test_grad_under_jit_and_scan(rec):
                          ((3.375, 11.390625), (), None)]
 
 
+def test_grad_keeps_a_tap_of_values_without_tangents_in_a_scan(rec):
+  """A tap of the loop's index (no tangent, so no JVP rule runs) in a
+  differentiated scan runs once per step, eagerly and under jit."""
+  def loss(x):
+    def step(c, i):
+      hcb.id_tap(rec, i)
+      return c * 1.5, None
+    return lax.scan(step, x, jnp.arange(3))[0]
+
+  for grad in (jax.grad(loss), jax.jit(jax.grad(loss))):
+    np.testing.assert_allclose(grad(1.0), 1.5 ** 3, rtol=1e-6)
+    assert rec.taken() == [(0, (), None), (1, (), None), (2, (), None)]
+
+
 def test_custom_jvp_rule_taps_tangents_and_its_transpose_cotangents(rec):
   @jax.custom_jvp
   def watch(a):
