@@ -23,11 +23,11 @@ so a loop under ``vmap`` draws one bar per id.  Beyond jax-tqdm:
 - bars are drawn with positions that no other open bar uses, so
   concurrent and nested loops do not draw over each other.
 
-How it works.  The loop's body taps ``(count, id)`` with ``id_tap``: before
-a step whose index is a multiple of ``print_rate`` (``count`` is the number
-of steps done, so the bar appears when the loop starts), and after the
-last step (which closes the bar).  Taps of one device run in program
-order, so the bar sees its updates in order.  On the host a registry keyed
+How it works.  The loop's body taps ``(count, id)`` with ``id_tap``, where
+``count`` is the number of steps done: before step 0 (so the bar appears
+when the loop starts), and after every ``print_rate``-th step and the
+last one (which closes the bar).  Taps of one device run in program order,
+so the bar sees its updates in order.  On the host a registry keyed
 by (loop, id, device) holds the open bars.  A bar is complete and closed
 once its last tap has run, so after :func:`host_callback.barrier_wait` or
 ``jax.effects_barrier()``.
@@ -206,6 +206,9 @@ class _Spec:
   desc: str
   position: int
   kwargs: dict[str, Any]
+  # Whether the bar closes when its count reaches ``total`` (a scan or a
+  # fori_loop), or only at the loop's end (while_loop).
+  close_at_total: bool = True
   # bar id -> the devices that have drawn its bar (under the registry's
   # lock): with several, each bar names its device.
   devices: dict[int, set[int]] = dataclasses.field(default_factory=dict)
@@ -213,16 +216,21 @@ class _Spec:
   def update(self, arg: tuple[np.ndarray, np.ndarray], transforms: Any, *,
              device: Any) -> None:
     """The tap of ``(steps done, bar id)``: creates the bar if needed and
-    moves it on; tqdm decides whether to redraw."""
+    moves it on (tqdm decides whether to redraw); a loop of known length
+    closes its bar when the count reaches it."""
     if not transforms:  # the common case, kept short: this runs every step
-      count = int(arg[0])
-      bar = _registry.open(self, int(arg[1]), device)
-      if count > bar.n:
-        bar.update(count - bar.n)
+      self._move(int(arg[0]), int(arg[1]), device)
       return
     for count, bar_id in _elements(arg, transforms):
-      bar = _registry.open(self, bar_id, device)
-      if count > bar.n:
+      self._move(count, bar_id, device)
+
+  def _move(self, count: int, bar_id: int, device: Any) -> None:
+    bar = _registry.open(self, bar_id, device)
+    if count > bar.n:
+      if self.close_at_total and count >= (self.total or 0):
+        bar.n = count
+        _registry.close(self, bar_id, device)
+      else:
         bar.update(count - bar.n)
 
   def close(self, arg: tuple[np.ndarray, np.ndarray], transforms: Any, *,
@@ -253,18 +261,22 @@ class _Spec:
            tap_with_device=True)
 
   def step(self, iter_num: Any, bar_id: Any, body: Callable[[], Any]) -> Any:
-    """Runs ``body()`` as loop step ``iter_num`` of ``total``, with the
-    taps before and after it."""
+    """Runs ``body()`` as loop step ``iter_num`` of ``total``, with its taps:
+    before step 0 (the bar appears before the loop's first step runs), and
+    after every ``print_rate``-th step and the last (the count of steps
+    done; the last closes the bar).  With ``print_rate`` 1 the tap after
+    the step needs no ``cond``: it is the cheapest, and the one that
+    differentiation keeps (JAX's partial evaluation drops a ``cond``
+    whose outputs are unused, here under ``grad``)."""
     assert self.total is not None
-    if self.print_rate == 1:
-      self.tap_update(iter_num, bar_id)
-    else:
-      lax.cond(iter_num % self.print_rate == 0,
-               lambda: self.tap_update(iter_num, bar_id), lambda: None)
+    lax.cond(iter_num == 0, lambda: self.tap_update(0, bar_id), lambda: None)
     out = body()
-    last = self.total - 1
-    lax.cond(iter_num == last,
-             lambda: self.tap_close(iter_num + 1, bar_id), lambda: None)
+    done = iter_num + 1
+    if self.print_rate == 1:
+      self.tap_update(done, bar_id)
+    else:
+      lax.cond((done % self.print_rate == 0) | (done == self.total),
+               lambda: self.tap_update(done, bar_id), lambda: None)
     return out
 
 
@@ -414,6 +426,7 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
   """
   spec = _spec(total, None, tqdm_type, {"desc": "Running", **kwargs})
   spec.print_rate = 1
+  spec.close_at_total = False
   wrapped = isinstance(init_val, PBar)
   bar_id = init_val.id if wrapped else 0
   value = init_val.carry if wrapped else init_val
