@@ -36,6 +36,15 @@ predicate's callbacks then run once per iteration, after the body's, in
 program order, with the batch of predicates: as many times as without vmap
 (iterations + 1).  Elements already finished get their predicate evaluated
 on the body's discarded result, as under the removed module.
+
+4. Partial evaluation (``grad``, ``linearize``) of a ``cond`` whose branches
+hold taps of values without tangents (a loop's index: a progress bar).
+JAX stages such a cond whole when its index is unknown, and partial
+evaluation keeps a staged equation only if an output needs it or it has an
+effect: the cond has no output anyone needs, and the taps have no effect
+(no JVP rule ran for them).  The partial-evaluation rule of ``cond`` is
+wrapped to mark the callbacks directly in its branches the way their
+primitive says (taps: with the effect of a differentiated tap) first.
 """
 
 from __future__ import annotations
@@ -56,6 +65,8 @@ from host_callback import _jax
 from host_callback._types import CallbackFlavor
 
 _kept: set[Primitive] = set()
+# prim -> how partial evaluation marks an equation of it to be kept (4.).
+_marks: dict[Primitive, Callable[[JaxprEqn], JaxprEqn]] = {}
 
 
 def _keeps(eqn: JaxprEqn) -> bool:
@@ -126,6 +137,50 @@ def keep_when_unused(prim: Primitive) -> None:
   unless the flavor is ``PURE``; see :func:`keep_containers`."""
   _kept.add(prim)
   _jax.dce_rules[prim] = _callback_dce_rule
+
+
+def mark_for_partial_eval(prim: Primitive,
+                          mark: Callable[[JaxprEqn], JaxprEqn]) -> None:
+  """``mark(eqn)`` is ``eqn`` with an effect that partial evaluation keeps
+  (see 4. above); it is applied to the equations of ``prim`` in the
+  branches of a ``cond`` that partial evaluation stages."""
+  _marks[prim] = mark
+
+
+def _marked(closed: Any) -> Any:
+  """``closed`` (a ClosedJaxpr) with its callbacks marked, or itself when
+  it has none to mark."""
+  eqns, effects, changed = [], set(closed.jaxpr.effects), False
+  for eqn in closed.jaxpr.eqns:
+    mark = _marks.get(eqn.primitive)
+    if mark is not None and _keeps(eqn):
+      new = mark(eqn)
+      changed = changed or new is not eqn
+      effects |= set(new.effects)
+      eqn = new
+    eqns.append(eqn)
+  if not changed:
+    return closed
+  return closed.replace(jaxpr=closed.jaxpr.replace(eqns=eqns,
+                                                   effects=effects))
+
+
+def _keeping_cond_partial_eval(rule: Callable[..., Any]) -> Callable[..., Any]:
+  def cond_partial_eval(trace: Any, *tracers: Any, branches: Any,
+                        **params: Any) -> Any:
+    if any(_jaxpr_holds_callback(b.jaxpr) for b in branches):
+      branches = tuple(_marked(b) for b in branches)
+    return rule(trace, *tracers, branches=branches, **params)
+
+  setattr(cond_partial_eval, "__wrapped__", rule)  # JAX's rule
+  return cond_partial_eval
+
+
+def _wrap_cond_partial_eval() -> None:
+  rules = _jax.custom_partial_eval_rules
+  rule = rules[jax_primitives.cond_p]
+  if not hasattr(rule, "__wrapped__"):
+    rules[jax_primitives.cond_p] = _keeping_cond_partial_eval(rule)
 
 
 def _refusing_batched_cond(rule: Callable[..., Any]) -> Callable[..., Any]:
@@ -225,4 +280,5 @@ def keep_containers() -> None:
   _wrap_container_rules()
   _wrap_cond_batching()
   _wrap_while_batching()
+  _wrap_cond_partial_eval()
   _wrapped_count = len(_jax.dce_rules)

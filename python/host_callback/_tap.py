@@ -155,6 +155,17 @@ _jax.custom_partial_eval_rules[tap_p] = _tap_partial_eval
 _containers.keep_when_unused(tap_p)
 
 
+def _mark_differentiated(eqn: JaxprEqn) -> JaxprEqn:
+  """A tap equation with the effect that partial evaluation keeps."""
+  if eqn.params["differentiated"]:
+    return eqn
+  return eqn.replace(params=dict(eqn.params, differentiated=True),
+                     effects=set(eqn.effects) | {_differentiated})
+
+
+_containers.mark_for_partial_eval(tap_p, _mark_differentiated)
+
+
 # ---- the API ----------------------------------------------------------------
 
 def _tap_inline(site: _runtime.TapSite, leaves: list[Any],

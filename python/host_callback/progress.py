@@ -265,9 +265,7 @@ class _Spec:
     before step 0 (the bar appears before the loop's first step runs), and
     after every ``print_rate``-th step and the last (the count of steps
     done; the last closes the bar).  With ``print_rate`` 1 the tap after
-    the step needs no ``cond``: it is the cheapest, and the one that
-    differentiation keeps (JAX's partial evaluation drops a ``cond``
-    whose outputs are unused, here under ``grad``)."""
+    the step needs no ``cond``."""
     assert self.total is not None
     lax.cond(iter_num == 0, lambda: self.tap_update(0, bar_id), lambda: None)
     out = body()

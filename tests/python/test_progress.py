@@ -356,20 +356,21 @@ def test_tqdm_type_selects_the_bar_class(tqdm_type):
   assert states(sink.getvalue())[-1][1:] == (3, "3")
 
 
-def test_a_bar_in_a_differentiated_scan():
-  """Under grad the bar (print_rate 1: no cond after the steps) counts
-  every step of the forward pass and closes."""
+@pytest.mark.parametrize("print_rate", [1, 2])
+def test_a_bar_in_a_differentiated_scan(print_rate):
+  """Under grad the bar counts the steps of the forward pass and closes."""
   sink = io.StringIO()
 
-  @scan_tqdm(5, print_rate=1, file=sink, bar_format=FMT, **EVERY)
+  @scan_tqdm(6, print_rate=print_rate, file=sink, bar_format=FMT, **EVERY)
   def body(carry, _):
     return carry * 1.5, None
 
-  loss = lambda x: lax.scan(body, x, jnp.arange(5))[0]
-  np.testing.assert_allclose(jax.jit(jax.grad(loss))(1.0), 1.5 ** 5,
+  loss = lambda x: lax.scan(body, x, jnp.arange(6))[0]
+  np.testing.assert_allclose(jax.jit(jax.grad(loss))(1.0), 1.5 ** 6,
                              rtol=1e-6)
   hcb.barrier_wait()
-  assert states(sink.getvalue())[-1] == ("Running for 5 iterations", 5, "5")
+  assert [s[1] for s in states(sink.getvalue())] == list(
+      range(0, 7, print_rate))
   assert not open_bars(sink)
 
 

@@ -158,6 +158,21 @@ def test_grad_keeps_a_tap_of_values_without_tangents_in_a_scan(rec):
     assert rec.taken() == [(0, (), None), (1, (), None), (2, (), None)]
 
 
+def test_grad_keeps_a_tap_in_a_cond_in_a_scan(rec):
+  """The same inside a cond whose outputs are unused (a progress bar's
+  every-k-steps update), eagerly and under jit."""
+  def loss(x):
+    def step(c, i):
+      lax.cond(i % 2 == 0, lambda: (hcb.id_tap(rec, i), None)[1],
+               lambda: None)
+      return c * 1.5, None
+    return lax.scan(step, x, jnp.arange(5))[0]
+
+  for grad in (jax.grad(loss), jax.jit(jax.grad(loss))):
+    np.testing.assert_allclose(grad(1.0), 1.5 ** 5, rtol=1e-6)
+    assert rec.taken() == [(0, (), None), (2, (), None), (4, (), None)]
+
+
 def test_custom_jvp_rule_taps_tangents_and_its_transpose_cotangents(rec):
   @jax.custom_jvp
   def watch(a):
