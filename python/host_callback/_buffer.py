@@ -1,8 +1,10 @@
 """``buffer_callback``: host callbacks that work in place on XLA's buffers.
 
-Lowers to the same ``hcb_call`` custom call as ``call`` (src/ffi/handlers.h),
-with the result buffers aliased to operands where ``input_output_aliases``
-says so.  The C target (python/_hcb/buffer.c) hands the callback
+Lowers to the ``hcb_buffer_call`` custom call (src/ffi/handlers.h): a call
+whose target works in place on the device's buffers (on CPU the same
+handler as ``call``'s ``hcb_call``; on CUDA it gets device pointers and
+XLA's stream), with the result buffers aliased to operands where
+``input_output_aliases`` says so.  The C target (python/_hcb/buffer.c) hands the callback
 :class:`Buffer` objects that point at XLA's memory -- no copy in either
 direction -- and invalidates them when the callback returns.  A
 :class:`NativeCallback` is a C function instead: it runs with no Python at
@@ -101,9 +103,11 @@ def _lowering_rule(ctx: mlir.LoweringRuleContext, *args: Any,
                    site: BufferSite | NativeCallback, flavor: CallbackFlavor,
                    input_output_aliases: tuple[tuple[int, int], ...],
                    **params: Any) -> Any:
-  del params  # command_buffer_compatible: no command buffers on CPU
+  # command_buffer_compatible: a trait of the registered handler, not of
+  # one call; hcb_buffer_call's is the same for every buffer callback.
+  del params
   return _lowering.lower(
-      ctx, "hcb_call", args, what="buffer_callback",
+      ctx, "hcb_buffer_call", args, what="buffer_callback",
       has_side_effect=flavor is not CallbackFlavor.PURE, device_index=0,
       operand_output_aliases=dict(input_output_aliases),
       callback_id=np.uint64(_runtime.lowered_site_id(ctx, site)))
@@ -142,7 +146,7 @@ def _batching_rule(args: Sequence[Any], dims: Sequence[Any], *,
 
 buffer_callback_p.def_impl(_impl)
 buffer_callback_p.def_abstract_eval(_abstract_eval)
-mlir.register_lowering(buffer_callback_p, _lowering_rule, platform="cpu")
+_lowering.register_lowering(buffer_callback_p, _lowering_rule)
 ad.primitive_jvps[buffer_callback_p] = _jvp
 ad.primitive_transposes[buffer_callback_p] = _transpose
 batching.primitive_batchers[buffer_callback_p] = _batching_rule
@@ -198,8 +202,10 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
     vmap_method: as for ``jax.pure_callback`` (``None``: vmap raises).
     input_output_aliases: ``{input index: output index}`` of flattened
       arguments and results that share a buffer.
-    command_buffer_compatible: accepted for compatibility; CPU has no
-      command buffers, so it changes nothing here.
+    command_buffer_compatible: accepted for compatibility; it changes
+      nothing (whether XLA may capture the call into a CUDA graph is a
+      trait of the ``hcb_buffer_call`` handler, the same for every buffer
+      callback; CPU has no command buffers).
 
   Returns:
     A function of arrays (pytrees) that returns the results as JAX arrays.

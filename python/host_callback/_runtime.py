@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import importlib.util
 import logging
 import os
 import re
@@ -61,6 +62,7 @@ from host_callback._types import CallbackException
 logger = logging.getLogger("host_callback")
 
 _PLATFORM_CPU = _hcb.PLATFORM_CPU
+_PLATFORM_CUDA = _hcb.PLATFORM_CUDA
 
 
 class Transforms(tuple):
@@ -228,8 +230,22 @@ def inline_device(device_index: int, what: str) -> jax.Device:
 
 
 def device_key(device: jax.Device) -> int:
-  """The runtime's key of a CPU device (HCB_DEVICE in include/hcb/hcb.h)."""
-  return (_PLATFORM_CPU << 32) | device.id
+  """The runtime's key of a CPU or local CUDA device (HCB_DEVICE in
+  include/hcb/hcb.h): the platform in the high 32 bits, the ordinal that
+  XLA's FFI gives the handlers in the low ones (a CPU device's id, a CUDA
+  device's process-local hardware id)."""
+  if device.platform == "cpu":
+    return (_PLATFORM_CPU << 32) | device.id
+  if device.platform == "gpu" and device.local_hardware_id is not None:
+    return (_PLATFORM_CUDA << 32) | device.local_hardware_id
+  raise ValueError(f"host_callback: {device} is neither a CPU device nor a "
+                   "CUDA device of this process")
+
+
+def keyed_devices() -> list[jax.Device]:
+  """The devices whose callbacks reach this process's runtime: the CPU
+  devices and the local CUDA devices (once the runtime has started)."""
+  return [*jax.devices("cpu"), *_state.cuda_devices]
 
 
 def _device_for_key(key: int) -> jax.Device:
@@ -240,7 +256,21 @@ def _device_for_key(key: int) -> jax.Device:
     for dev in jax.devices("cpu"):
       if dev.id == ordinal:
         return dev
+  if platform == _PLATFORM_CUDA:
+    for dev in _local_cuda_devices():
+      if dev.local_hardware_id == ordinal:
+        return dev
   raise LookupError(f"no JAX device for platform {platform} ordinal {ordinal}")
+
+
+def _local_cuda_devices() -> list[jax.Device]:
+  """This process's CUDA devices; none when JAX has no CUDA backend (no
+  plugin, a plugin that failed to initialise, ``JAX_PLATFORMS`` without
+  it).  Initialises JAX's backends if they are not yet."""
+  try:
+    return list(jax.local_devices(backend="cuda"))
+  except RuntimeError:  # "Unknown backend", "Backend 'cuda' failed ..."
+    return []
 
 
 class _Registration:
@@ -287,6 +317,8 @@ class _State:
         collections.deque())
     self.release_thread: threading.Thread | None = None
     self.handlers_registered = False
+    # The local CUDA devices, when the handlers are registered for CUDA.
+    self.cuda_devices: list[jax.Device] = []
     self.atexit_registered = False
     self.exiting = False
     self.probe_compiled = False  # _touch, on every device (_before_fork)
@@ -399,11 +431,57 @@ _hcb.set_max_queue_bytes(_config.MAX_QUEUE_BYTES)
 def _register_handlers() -> None:
   """Registers the C FFI handlers with XLA (once per process), and the type
   of the state by which the custom calls that carry a callback id count the
-  live executables that embed it (python/_hcb/lifetime.c)."""
+  live executables that embed it (python/_hcb/lifetime.c): for CPU, and
+  for CUDA when JAX has a CUDA backend."""
   jax.ffi.register_ffi_type("hcb_target_hold", _hcb.hold_type(),
                             platform="cpu")
-  for name, capsule in _hcb.ffi_handlers().items():
-    jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+  for name, handler in _hcb.ffi_handlers(platform="cpu").items():
+    jax.ffi.register_ffi_target(name, handler, platform="cpu")
+  # Whether JAX has a CUDA backend is known for sure only once its backends
+  # are initialised (a plugin can be installed and fail to initialise, or
+  # be left out by JAX_PLATFORMS); ensure_started initialises them anyway.
+  cuda_devices = _local_cuda_devices()
+  if cuda_devices:
+    _register_cuda_handlers()
+  _state.cuda_devices = cuda_devices
+
+
+def _cudart_path() -> str | None:
+  """The CUDA runtime library of the NVIDIA wheels that JAX's CUDA plugin
+  depends on (``nvidia-cuda-runtime``: ``nvidia/cu13/lib/libcudart.so.13``
+  for CUDA 13, ``nvidia/cuda_runtime/lib/libcudart.so.12`` for CUDA 12;
+  the plugin's own CUDA version first), or None when neither is
+  installed."""
+  candidates = [("nvidia.cu13", "libcudart.so.13"),
+                ("nvidia.cuda_runtime", "libcudart.so.12")]
+  if importlib.util.find_spec("jax_cuda13_plugin") is None:
+    candidates.reverse()
+  for package, library in candidates:
+    try:
+      spec = importlib.util.find_spec(package)
+    except ImportError:  # no "nvidia" namespace package at all
+      continue
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+      path = os.path.join(folder, "lib", library)
+      if os.path.isfile(path):
+        return path
+  return None
+
+
+def _register_cuda_handlers() -> None:
+  """Registers the CUDA handlers and hold type.  libhcb finds the CUDA
+  runtime at run time (``_hcb.cuda_load``): the NVIDIA wheel's, else the
+  system's.  If it cannot load it now, the handlers are registered anyway:
+  they try again when first run, and fail with a clear error then."""
+  try:
+    _hcb.cuda_load(_cudart_path())
+  except Exception as e:  # pylint: disable=broad-except
+    logger.warning("host_callback: the CUDA runtime could not be loaded "
+                   "(%s); host callbacks on CUDA devices will fail", e)
+  jax.ffi.register_ffi_type("hcb_target_hold", _hcb.hold_type(),
+                            platform="CUDA")
+  for name, handler in _hcb.ffi_handlers(platform="cuda").items():
+    jax.ffi.register_ffi_target(name, handler, platform="CUDA")
 
 
 def ensure_started() -> None:
@@ -602,15 +680,11 @@ def _refuse_inside_tap(what: str) -> None:
         "the very thread that runs it. Call it from the main program.")
 
 
-def _dispatch_probes() -> list[jax.Array]:
-  """The probes of :func:`_wait_for_devices`: one on each local CPU device
-  and, with several, one over all of them -- except in a forked child,
-  where a computation over several devices never finishes (PJRT's CPU
-  client runs it on threads the child does not have), so the child has
-  none to wait for either."""
-  devices = jax.local_devices(backend="cpu")
+def _probes_on(devices: list[jax.Device]) -> list[jax.Array]:
+  """One probe computation on each of ``devices`` and, with several, one
+  over all of them."""
   pending = [_touch(jax.device_put(np.int32(0), d)) for d in devices]
-  if len(devices) > 1 and not _state.forked:
+  if len(devices) > 1:
     mesh = jax.sharding.Mesh(np.array(devices), ("d",))
     pending.append(_touch(jax.device_put(
         np.zeros(len(devices), np.int32),
@@ -618,12 +692,27 @@ def _dispatch_probes() -> list[jax.Array]:
   return pending
 
 
+def _dispatch_probes() -> list[jax.Array]:
+  """The probes of :func:`_wait_for_devices`, on the local CPU devices and
+  the local CUDA devices (:func:`_probes_on`) -- except in a forked child:
+  there a CPU computation over several devices never finishes (PJRT's CPU
+  client runs it on threads the child does not have), so the child has
+  none to wait for either, and the parent's CUDA context is unusable (a
+  CUDA device has no computation of the child's)."""
+  cpu = jax.local_devices(backend="cpu")
+  if _state.forked:
+    return [_touch(jax.device_put(np.int32(0), d)) for d in cpu]
+  return _probes_on(cpu) + (_probes_on(_state.cuda_devices)
+                            if _state.cuda_devices else [])
+
+
 def _wait_for_devices() -> None:
   """Returns once every computation dispatched (by any thread) before the
-  call has finished on every local CPU device, so that each has issued all
-  of its callbacks: taps are then in the runtime's queues (which
-  ``_hcb.barrier`` drains), calls have run, and the taps that go through
-  JAX's Python callback (jit over sharded operands) have been submitted.
+  call has finished on every local device (CPU and CUDA), so that each has
+  issued all of its callbacks: taps are then in the runtime's queues
+  (which ``_hcb.barrier`` drains), calls have run, and the taps that go
+  through JAX's Python callback (jit over sharded operands) have been
+  submitted.
 
   It dispatches probe computations and waits for them.  What orders them
   after the computations dispatched earlier is how PJRT's CPU client
@@ -646,6 +735,15 @@ def _wait_for_devices() -> None:
   inputs or its turn -- the early returns of issue 16.)  Under
   ``jax.distributed`` the same holds for this process's part of a global
   computation; every process waits for its own devices.
+
+  On a CUDA device a computation runs on the device's compute stream
+  after everything launched there before it, its part of a multi-device
+  computation included; and a tap's record enters the runtime's queue
+  from a host function enqueued on that stream.  So when a CUDA device's
+  probe completes, every earlier host function on its stream has run and
+  every record is queued; its probes are made as the CPU's are (one per
+  device, one over all), which also covers a multi-device computation
+  that PJRT has not yet launched on every device.
   """
   for out in _dispatch_probes():
     out.block_until_ready()  # interruptible: jaxlib checks for Ctrl-C
