@@ -435,7 +435,7 @@ def _register_handlers() -> None:
   for CUDA when JAX has a CUDA backend."""
   jax.ffi.register_ffi_type("hcb_target_hold", _hcb.hold_type(),
                             platform="cpu")
-  for name, handler in _hcb.ffi_handlers(platform="cpu").items():
+  for name, handler in _hcb.ffi_handlers("cpu").items():
     jax.ffi.register_ffi_target(name, handler, platform="cpu")
   # Whether JAX has a CUDA backend is known for sure only once its backends
   # are initialised (a plugin can be installed and fail to initialise, or
@@ -480,7 +480,7 @@ def _register_cuda_handlers() -> None:
                    "(%s); host callbacks on CUDA devices will fail", e)
   jax.ffi.register_ffi_type("hcb_target_hold", _hcb.hold_type(),
                             platform="CUDA")
-  for name, handler in _hcb.ffi_handlers(platform="cuda").items():
+  for name, handler in _hcb.ffi_handlers("cuda").items():
     jax.ffi.register_ffi_target(name, handler, platform="CUDA")
 
 
