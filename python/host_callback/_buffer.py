@@ -4,11 +4,11 @@ Lowers to the ``hcb_buffer_call`` custom call (src/ffi/handlers.h): a call
 whose target works in place on the device's buffers (on CPU the same
 handler as ``call``'s ``hcb_call``; on CUDA it gets device pointers and
 XLA's stream), with the result buffers aliased to operands where
-``input_output_aliases`` says so.  The C target (python/_hcb/buffer.c) hands the callback
-:class:`Buffer` objects that point at XLA's memory -- no copy in either
-direction -- and invalidates them when the callback returns.  A
-:class:`NativeCallback` is a C function instead: it runs with no Python at
-all.
+``input_output_aliases`` says so.  The C target (python/_hcb/buffer.c)
+hands the callback :class:`Buffer` objects that point at XLA's memory -- no
+copy in either direction -- and invalidates them when the callback
+returns.  A :class:`NativeCallback` is a C function instead: it runs with
+no Python at all.
 """
 
 from __future__ import annotations

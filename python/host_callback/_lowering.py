@@ -68,8 +68,10 @@ def register_lowering(prim: Any, rule: Callable[..., Any]) -> None:
 
 
 def _platform(ctx: mlir.LoweringRuleContext) -> str:
-  """The one platform this rule is being lowered for."""
-  platforms = tuple(ctx.platforms or ctx.module_context.platforms)
+  """The one platform this rule is being lowered for: the context's own
+  (one branch of a multi-platform lowering), else the module's."""
+  platforms = tuple(getattr(ctx, "platforms", None)
+                    or ctx.module_context.platforms)
   if len(platforms) != 1 or platforms[0] not in _PLATFORM_CODES:
     raise NotImplementedError(
         f"host_callback: cannot lower for platforms {platforms}; it lowers "

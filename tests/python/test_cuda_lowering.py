@@ -76,7 +76,7 @@ def _add_one(ctx: Any, out: Any, x: Any) -> None:
   np.asarray(out)[...] = np.asarray(x) + 1
 
 
-# ---- reading the lowered programs ----------------------------------------------
+# ---- reading the lowered programs --------------------------------------------
 
 class HloCall(NamedTuple):
   """One custom call of an HLO module's text."""
@@ -140,7 +140,7 @@ def assert_typed_ffi(call: HloCall, *, side_effect: bool = True) -> None:
       side_effect), call
 
 
-# ---- every API, lowered for CUDA -------------------------------------------------
+# ---- every API, lowered for CUDA ---------------------------------------------
 
 X = jnp.arange(4, dtype=jnp.float32)
 
@@ -228,7 +228,7 @@ def test_pure_callbacks_lower_without_side_effect_or_token_for_cuda():
                    for o in call.operands), call
 
 
-# ---- program order -----------------------------------------------------------------
+# ---- program order -----------------------------------------------------------
 
 def test_callbacks_are_chained_in_program_order_for_cuda(native):
   double = hcb.native_call(native.double_call)
@@ -252,7 +252,7 @@ def test_callbacks_are_chained_in_program_order_for_cuda(native):
     assert after.operands[-1] == before.token_result, (before, after)
 
 
-# ---- the same program as on CPU ----------------------------------------------------
+# ---- the same program as on CPU ----------------------------------------------
 
 def _grad_of_taps(x):
   return jax.grad(lambda x: jnp.sum(hcb.id_tap(_ignore, x) ** 2))(x)
@@ -374,7 +374,7 @@ def test_multi_platform_lowering_keeps_each_platforms_callback():
   assert "stablehlo.case" in text
 
 
-# ---- CPU: calls in place lower to hcb_buffer_call ----------------------------------
+# ---- CPU: calls in place lower to hcb_buffer_call ----------------------------
 
 def test_buffer_callback_lowers_to_hcb_buffer_call_on_cpu_and_runs():
   f = hcb.buffer_callback(_add_one, jax.ShapeDtypeStruct(X.shape, X.dtype),
@@ -411,7 +411,7 @@ def test_native_tap_on_cpu_still_runs(native):
   assert native.counted_taps() == before + 1
 
 
-# ---- devices ----------------------------------------------------------------------
+# ---- devices -----------------------------------------------------------------
 
 def test_device_keys_name_the_platform():
   from host_callback import _runtime
