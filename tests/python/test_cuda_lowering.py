@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import host_callback as hcb
+from conftest import run_python
 
 SOURCE = r"""
 #include <stdatomic.h>
@@ -427,3 +428,43 @@ def test_device_keys_name_the_platform():
     key = _runtime.device_key(dev)
     assert key == (1 << 32) | dev.local_hardware_id
     assert _runtime._device_for_key(key) is dev
+
+
+def test_cuda_registration_survives_a_missing_cuda_runtime():
+  """Without a CUDA backend nothing is registered for CUDA; registering
+  anyway where libcudart cannot be loaded warns and still registers (the
+  handlers retry when first run)."""
+  done = run_python("""
+      import logging, jax, jax.numpy as jnp
+      import host_callback as hcb
+      from host_callback import _runtime
+      jax.jit(lambda x: hcb.id_tap(lambda a, t: None, x))(jnp.ones(2))
+      hcb.barrier_wait()
+      assert _runtime._state.cuda_devices == [], _runtime._state.cuda_devices
+      path = _runtime._cudart_path()
+      assert path is None or path.endswith(("libcudart.so.13",
+                                            "libcudart.so.12")), path
+      records = []
+      class Keep(logging.Handler):
+        def emit(self, record):
+          records.append(record.getMessage())
+      logging.getLogger("host_callback").addHandler(Keep())
+      _runtime._register_cuda_handlers()
+      print("warned" if any("CUDA runtime could not be loaded" in r
+                            for r in records) else "loaded")
+      """, env={"LD_LIBRARY_PATH": "", "JAX_PLATFORMS": "cpu"})
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.strip() in ("warned", "loaded")
+  if _runtime_has_no_cudart():
+    assert done.stdout.strip() == "warned"
+
+
+def _runtime_has_no_cudart() -> bool:
+  for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
+    try:
+      ctypes.CDLL(name)
+      return False
+    except OSError:
+      pass
+  from host_callback import _runtime
+  return _runtime._cudart_path() is None
