@@ -147,12 +147,16 @@ static const handler_entry cpu_handlers[] = {
     {"hcb_sharded_check", hcb_ffi_sharded_check, 1},
     {NULL, NULL, 0}};
 
+/* The CUDA handlers count no holds: the hold's state type would have to be
+ * registered with the CUDA plugin's own FFI type registry (through PJRT),
+ * which is not known to take it.  A site of a GPU program is kept alive by
+ * the lowering's keepalive instead (host_callback/_runtime.py). */
 static const handler_entry cuda_handlers[] = {
-    {"hcb_tap", hcb_ffi_tap_cuda, 1},
-    {"hcb_call", hcb_ffi_call_cuda, 1},
-    {"hcb_buffer_call", hcb_ffi_buffer_call_cuda, 1},
+    {"hcb_tap", hcb_ffi_tap_cuda, 0},
+    {"hcb_call", hcb_ffi_call_cuda, 0},
+    {"hcb_buffer_call", hcb_ffi_buffer_call_cuda, 0},
     {"hcb_device_ordinal", hcb_ffi_ordinal_handler_cuda, 0},
-    {"hcb_sharded_check", hcb_ffi_sharded_check_cuda, 1},
+    {"hcb_sharded_check", hcb_ffi_sharded_check_cuda, 0},
     {NULL, NULL, 0}};
 
 static PyObject *
@@ -202,6 +206,20 @@ hcb_cuda_load_fn(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "z:cuda_load", &path))
         return NULL;
     if (hcb_cuda_load(path, &err) != HCB_OK)
+        return hcb_py_raise(&err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+hcb_cuda_set_pinned_bytes_fn(PyObject *module, PyObject *arg)
+{
+    size_t bytes = PyLong_AsSize_t(arg);
+    hcb_error err;
+
+    (void)module;
+    if (bytes == (size_t)-1 && PyErr_Occurred())
+        return NULL;
+    if (hcb_cuda_set_pinned_bytes(bytes, &err) != HCB_OK)
         return hcb_py_raise(&err);
     Py_RETURN_NONE;
 }
@@ -504,6 +522,9 @@ static PyMethodDef hcb_methods[] = {
     {"cuda_load", hcb_cuda_load_fn, METH_VARARGS,
      "cuda_load(path): load the CUDA runtime the CUDA handlers use (None: "
      "the one in the process, else libcudart by name)."},
+    {"cuda_set_pinned_bytes", hcb_cuda_set_pinned_bytes_fn, METH_O,
+     "cuda_set_pinned_bytes(n): the size of the pinned pool of GPU "
+     "callbacks."},
     {"call_stream", hcb_call_stream_fn, METH_NOARGS,
      "call_stream() -> int: in a call target the CUDA handler "
      "hcb_buffer_call runs, XLA's cudaStream_t; 0 elsewhere."},

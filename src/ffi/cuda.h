@@ -65,9 +65,12 @@ int hcb__cuda_fail(const hcb__cuda *api, int status, const char *what,
  * record not yet delivered): that is the device's back-pressure.  NULL
  * with HCB_OK in `err->code` when waiting cannot help: `n` is over half
  * the pool, or what holds the pool is all kept by users; the caller then
- * uses memory of its own.  NULL with an error when the pool cannot be
- * allocated. */
+ * stages through smaller blocks, or uses memory of its own.  NULL with an error
+ * when the pool cannot be allocated. */
 void *hcb__pinned_take(const hcb__cuda *api, size_t n, hcb_error *err);
+
+/* The pool's size, 0 before its first use. */
+size_t hcb__pinned_capacity(void);
 
 /* Gives back what hcb__pinned_take returned (any thread, no CUDA call). */
 void hcb__pinned_give(void *p);
@@ -77,9 +80,11 @@ void hcb__pinned_give(void *p);
  * it. */
 void hcb__pinned_delivered(void *p);
 
-/* Tests: the pool's size before its first use (0: the default), and what
- * it holds. */
-void hcb__pinned_configure(size_t bytes);
+/* The pool's size from now on (0: the default): HCB_ESTATE, changing
+ * nothing, while some of it is in use (hcb_cuda_set_pinned_bytes).  And
+ * for tests, what it holds. */
+#define HCB__PINNED_MIN_BYTES ((size_t)4 << 20)
+int hcb__pinned_configure(size_t bytes);
 typedef struct hcb__pinned_stats {
     size_t capacity, used, blocks, on_the_way;
     uint64_t waits, refusals;

@@ -40,6 +40,9 @@ typedef struct hcb__platform {
 
 extern const hcb__platform hcb__platform_cpu;
 extern const hcb__platform hcb__platform_cuda;
+/* CUDA for "hcb_buffer_call": the call target works on the device buffers
+ * themselves, on XLA's stream (hcb_call_stream). */
+extern const hcb__platform hcb__platform_cuda_in_place;
 
 /* The context of a handler (HCB_FFI_HANDLER_CTX): its platform, and the
  * runtime it submits to (NULL: hcb_runtime_default(); tests use their

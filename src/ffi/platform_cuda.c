@@ -24,9 +24,10 @@
  * after them.  A buffer call ("hcb_buffer_call") runs its target on the
  * device buffers themselves, with the stream in hcb_call_stream().
  *
- * When the pinned pool cannot take a record (it is over half the pool, or
- * all the pool is held by records the user kept), the record goes to
- * ordinary memory and XLA's thread waits for its copy instead.
+ * A record over half the pool goes to ordinary memory, its bytes staged
+ * through the pool in chunks (send_staged), still without waiting.  Only
+ * when the whole pool is held by records the user kept does XLA's thread
+ * wait for a tap's copy, into ordinary memory.
  */
 #include <string.h>
 
@@ -161,19 +162,99 @@ landed(void *data)
         hcb_runtime_record_error(rt, device, &err);
 }
 
-/* A record in ordinary memory, filled while XLA's thread waits. */
-static int
-send_waiting(hcb_runtime *rt, const hcb__cuda *api, void *stream, uint64_t id,
-             hcb_device device, const hcb_array *src, size_t n, hcb_error *err)
+/* A record the pool cannot hold whole: it goes to ordinary memory, and its
+ * bytes pass through the pool in chunks of a quarter of it, each copied on
+ * from its pinned block by a host function (`unstage`), the last of which
+ * submits the record.  When the pool cannot take a chunk either (what
+ * holds it is all kept by users), the rest is copied straight into the
+ * record while XLA's thread waits. */
+typedef struct chunk {
+    hcb_runtime *rt;
+    hcb_record *rec; /* on the last chunk: submit it after the copy */
+    void *dst;
+    size_t n;
+    _Alignas(64) char data[];
+} chunk;
+
+static void
+unstage(void *data)
 {
+    chunk *c = data;
+    hcb_runtime *rt = c->rt;
+    hcb_record *rec = c->rec;
+    hcb_error err;
+
+    memcpy(c->dst, c->data, c->n);
+    hcb__pinned_give(c);
+    if (rec != NULL && hcb_runtime_submit(rt, rec, &err) != HCB_OK)
+        hcb_runtime_record_error(rt, hcb_record_device(rec), &err);
+}
+
+/* The last chunk of `rec`'s arrays: (array, offset) of its start. */
+static void
+last_chunk(const hcb_record *rec, size_t size, size_t *arg, size_t *off)
+{
+    size_t i;
+
+    *arg = *off = 0;
+    for (i = 0; i < rec->nargs; i++)
+        if (rec->args[i].nbytes > 0) {
+            *arg = i;
+            *off = (rec->args[i].nbytes - 1) / size * size;
+        }
+}
+
+static int
+send_staged(hcb_runtime *rt, const hcb__cuda *api, void *stream, uint64_t id,
+            hcb_device device, const hcb_array *src, size_t n, hcb_error *err)
+{
+    size_t size = hcb__pinned_capacity() / 4, last_arg, last_off, i, off, len;
+    bool waiting = size == 0; /* no chunk fits: XLA's thread waits */
     hcb_record *rec;
-    int rc, status;
+    int rc, status = 0;
 
     if ((rc = hcb__record_alloc(id, device, src, n, &rec, err)) != HCB_OK)
         return rc;
-    if ((rc = copy_arrays(api, stream, rec->args, src, n, HCB__CUDA_D2H,
-                          err)) == HCB_OK &&
-        (status = api->stream_synchronize(stream)) != 0)
+    last_chunk(rec, waiting ? 1 : size, &last_arg, &last_off);
+    for (i = 0; i < n && rc == HCB_OK; i++) {
+        for (off = 0; off < src[i].nbytes && rc == HCB_OK; off += len) {
+            char *dst = (char *)rec->args[i].data + off;
+            const char *from = (const char *)src[i].data + off;
+            bool last = i == last_arg && off == last_off;
+            chunk *c = NULL;
+
+            len = src[i].nbytes - off;
+            if (!waiting) {
+                len = len < size ? len : size;
+                c = hcb__pinned_take(api, sizeof *c + len, err);
+                if (c == NULL && (rc = err->code) != HCB_OK)
+                    break;
+                if (c == NULL) { /* the pool is held by kept records */
+                    waiting = true;
+                    len = src[i].nbytes - off;
+                }
+            }
+            if (c == NULL) {
+                status =
+                    api->memcpy_async(dst, from, len, HCB__CUDA_D2H, stream);
+            } else {
+                *c = (chunk){rt, last ? rec : NULL, dst, len};
+                if ((status = api->memcpy_async(c->data, from, len,
+                                                HCB__CUDA_D2H, stream)) == 0 &&
+                    (status = api->launch_host_func(stream, unstage, c)) == 0 &&
+                    last)
+                    return HCB_OK; /* the last unstage submits `rec` */
+                if (status != 0) {
+                    settle(api, stream);
+                    hcb__pinned_give(c);
+                }
+            }
+            if (status != 0)
+                rc = hcb__cuda_fail(api, status,
+                                    "copying an operand to the host", err);
+        }
+    }
+    if (rc == HCB_OK && (status = api->stream_synchronize(stream)) != 0)
         rc = hcb__cuda_fail(api, status, "waiting for a tap's copy", err);
     if (rc != HCB_OK) {
         settle(api, stream);
@@ -201,7 +282,7 @@ cuda_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
     if (p == NULL)
         return err->code != HCB_OK
                    ? err->code
-                   : send_waiting(rt, api, stream, id, device, src, n, err);
+                   : send_staged(rt, api, stream, id, device, src, n, err);
     p->rt = rt;
     if ((rc = hcb__record_place(p->record, &pinned_owner, id, device, src, n,
                                 &rec, err)) != HCB_OK) {
@@ -336,8 +417,8 @@ cuda_call_in_place(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
 const hcb__platform hcb__platform_cuda = {cuda_device, cuda_copy_on_device,
                                           cuda_send, cuda_call};
 
-static const hcb__platform cuda_in_place = {cuda_device, cuda_copy_on_device,
-                                            cuda_send, cuda_call_in_place};
+const hcb__platform hcb__platform_cuda_in_place = {
+    cuda_device, cuda_copy_on_device, cuda_send, cuda_call_in_place};
 
 /* ---- the ordinal ---------------------------------------------------------
  *
@@ -372,7 +453,7 @@ cuda_ordinal_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
 /* ---- the exported CUDA handlers ----------------------------------------- */
 
 static const hcb__handler cuda = {&hcb__platform_cuda, NULL};
-static const hcb__handler cuda_buffer = {&cuda_in_place, NULL};
+static const hcb__handler cuda_buffer = {&hcb__platform_cuda_in_place, NULL};
 
 HCB_FFI_HANDLER_CTX(hcb_ffi_tap_cuda, "hcb_tap", hcb__tap_body, &cuda, 0)
 HCB_FFI_HANDLER_CTX(hcb_ffi_ordinal_handler_cuda, "hcb_device_ordinal",
