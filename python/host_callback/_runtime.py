@@ -14,7 +14,7 @@ something can still call them).  Two things hold a Python site's id:
   takes a hold, destroying the executable drops it).  XLA keeps an
   executable alive while a computation of it runs and while JAX's C++
   dispatch cache holds it, so no computation can reach a site with no
-  hold;
+  hold.  (On CPU; the CUDA handlers count no holds: see below);
 - Python: the site's :class:`_Registration`, which :func:`lowered_site_id`
   makes a keepalive of each lowering (JAX keeps it with the lowering caches
   and the executable's Python object).  It covers what the holds do not:
@@ -32,6 +32,13 @@ does that as soon as it can, and ``barrier_wait`` does it for what was
 retired before it.  A record or call that still reached a released id would
 be an error naming the function, never a call to freed memory.  Native (C)
 targets are kept for the process: they hold no Python.
+
+On CUDA no hold counts the executables (python/_hcb/module.c), and a GPU
+computation can still be running, its taps not yet queued, when its
+executable's Python object and so the registration are gone.  So where
+JAX has CUDA devices a retired id is released only after the CUDA devices
+have finished every computation dispatched before (the probes of
+:func:`_wait_for_devices`) and the records they issued are delivered.
 """
 
 from __future__ import annotations
@@ -470,7 +477,7 @@ def _cudart_path() -> str | None:
 
 
 def _register_cuda_handlers() -> None:
-  """Registers the CUDA handlers and hold type.  libhcb finds the CUDA
+  """Registers the CUDA handlers.  libhcb finds the CUDA
   runtime at run time (``_hcb.cuda_load``): the NVIDIA wheel's, else the
   system's.  If it cannot load it now, the handlers are registered anyway:
   they try again when first run, and fail with a clear error then."""
@@ -479,8 +486,8 @@ def _register_cuda_handlers() -> None:
   except Exception as e:  # pylint: disable=broad-except
     logger.warning("host_callback: the CUDA runtime could not be loaded "
                    "(%s); host callbacks on CUDA devices will fail", e)
-  jax.ffi.register_ffi_type("hcb_target_hold", _hcb.hold_type(),
-                            platform="CUDA")
+  # No hold type: the CUDA handlers count no holds (see the module's
+  # docstring).
   for name, handler in _hcb.ffi_handlers("cuda").items():
     jax.ffi.register_ffi_target(name, handler, platform="CUDA")
 
@@ -589,7 +596,7 @@ def _retire(site_id: int) -> None:
   # operands) are thread-local, so take them now.
   from host_callback import _jax
   tokens = _jax.output_runtime_tokens()
-  if (not tokens and _hcb.holds(site_id) <= 0 and
+  if (not tokens and not _state.cuda_devices and _hcb.holds(site_id) <= 0 and
       _hcb.stats()["queued_records"] == 0):
     # Nothing can reach it any more, nothing for it waits to be delivered:
     # release it now, as the executable's own references go now.
@@ -652,9 +659,11 @@ def _release_loop() -> None:
     free, pending = _unheld(pending)
     if free:
       try:
-        # Free now: no computation of theirs runs, so all their records
-        # are queued; deliver them first.
+        # Free now: no computation of theirs runs (on CPU; on CUDA once
+        # the devices have finished what was dispatched before), so all
+        # their records are queued; deliver them first.
         _wait_for_tokens(free)
+        _wait_for_cuda_devices()
         if _hcb.stats()["queued_records"]:
           _hcb.barrier()
       except Exception:  # pylint: disable=broad-except
@@ -705,6 +714,15 @@ def _dispatch_probes() -> list[jax.Array]:
     return [_touch(jax.device_put(np.int32(0), d)) for d in cpu]
   return _probes_on(cpu) + (_probes_on(_state.cuda_devices)
                             if _state.cuda_devices else [])
+
+
+def _wait_for_cuda_devices() -> None:
+  """Returns once the local CUDA devices have finished every computation
+  dispatched before the call (none to wait for without CUDA devices, or in
+  a forked child)."""
+  if _state.cuda_devices and not _state.forked:
+    for out in _probes_on(_state.cuda_devices):
+      out.block_until_ready()
 
 
 def _wait_for_devices() -> None:
