@@ -104,6 +104,12 @@ def interleaved(runs: dict[str, Callable[[], float]], reps: int
   return {k: Sample(tuple(v)) for k, v in values.items()}
 
 
+def device_timer(fn: Callable[[jax.Array], jax.Array], x: jax.Array
+                 ) -> Callable[[], float]:
+  """A run for :func:`interleaved`: device-side seconds of ``fn(x)``."""
+  return lambda: seconds(lambda: fn(x))
+
+
 def per_step(sample: Sample, base: Sample, steps: int) -> Sample:
   """(time with the callback - time without) / steps, per repetition."""
   return sample.minus(base).map(lambda s: s / steps)
@@ -153,7 +159,7 @@ def measure_small_kernels(cfg: GpuConfig) -> StepCosts:
          "id_tap": scan(with_tap, cfg.small_steps),
          "debug_callback": scan(with_debug, cfg.small_steps)}
   samples = interleaved(
-      {k: (lambda f=f: seconds(lambda: f(x))) for k, f in fns.items()},
+      {k: device_timer(f, x) for k, f in fns.items()},
       cfg.reps)
   finish_callbacks()
   base = samples.pop("base")
@@ -322,7 +328,7 @@ def measure_calls(cfg: GpuConfig, cupy: Any,
   x = jnp.zeros((), jnp.float32)
   fns = {k: scan(b, cfg.call_steps) for k, b in bodies.items()}
   samples = interleaved(
-      {k: (lambda f=f: seconds(lambda: f(x))) for k, f in fns.items()},
+      {k: device_timer(f, x) for k, f in fns.items()},
       cfg.reps)
   finish_callbacks()
   base = samples.pop("base")
