@@ -789,6 +789,43 @@ HCB_API XLA_FFI_Error *hcb_ffi_ordinal_handler(XLA_FFI_CallFrame *frame);
  * through. */
 HCB_API XLA_FFI_Error *hcb_ffi_sharded_check(XLA_FFI_CallFrame *frame);
 
+/* "hcb_buffer_call": as "hcb_call", for call targets that work in place on
+ * the device's own buffers (buffer_callback, native_call).  On CPU it is
+ * the same handler as "hcb_call"; on CUDA the target gets device pointers
+ * and, from hcb_call_stream(), XLA's stream, where "hcb_call" copies the
+ * operands to the host and the results back. */
+HCB_API XLA_FFI_Error *hcb_ffi_buffer_call(XLA_FFI_CallFrame *frame);
+
+/* The same handlers for platform "CUDA": register them with
+ * jax.ffi.register_ffi_target(name, ..., platform="CUDA").  They find the
+ * CUDA runtime at their first call (hcb_cuda_load); a CPU-only process
+ * never loads it.
+ *
+ * "hcb_tap" enqueues, on XLA's stream, the copy of the tapped operands into
+ * pinned host memory and a host function that submits the record once the
+ * copy has landed, and returns without waiting for the stream.  "hcb_call"
+ * copies the operands to pinned host memory, waits for that copy (the one
+ * synchronisation of a call), runs the target on the host copies, and
+ * enqueues the copy of the results back to the device.  "hcb_buffer_call"
+ * runs the target on the device buffers, with hcb_call_stream() set. */
+HCB_API XLA_FFI_Error *hcb_ffi_tap_cuda(XLA_FFI_CallFrame *frame);
+HCB_API XLA_FFI_Error *hcb_ffi_call_cuda(XLA_FFI_CallFrame *frame);
+HCB_API XLA_FFI_Error *hcb_ffi_buffer_call_cuda(XLA_FFI_CallFrame *frame);
+HCB_API XLA_FFI_Error *hcb_ffi_ordinal_handler_cuda(XLA_FFI_CallFrame *frame);
+HCB_API XLA_FFI_Error *hcb_ffi_sharded_check_cuda(XLA_FFI_CallFrame *frame);
+
+/* Loads the CUDA runtime (libcudart) the CUDA handlers use: from `path`
+ * (a file dlopen understands), or with `path` NULL the one already loaded
+ * in the process, else libcudart.so.13 or .so.12 by name.  Once loaded it
+ * stays; a later call returns HCB_OK at once.  HCB_ENOTFOUND, naming what
+ * was tried, when no CUDA runtime can be loaded. */
+HCB_API int hcb_cuda_load(const char *path, hcb_error *err);
+
+/* During a call target that the CUDA handler "hcb_buffer_call" runs: the
+ * cudaStream_t XLA computes on (enqueue the work there).  NULL anywhere
+ * else: on CPU, in a tap, outside a call. */
+HCB_API void *hcb_call_stream(void);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

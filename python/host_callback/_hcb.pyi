@@ -199,9 +199,19 @@ def run_call(callback_id: int, device_key: int,
   ``ndevices`` devices of a sharded computation and its message returned;
   None when the call succeeded."""
 
-def ffi_handlers() -> dict[str, CapsuleType]:
-  """{name: capsule} of the XLA FFI handlers, for
-  jax.ffi.register_ffi_target."""
+def ffi_handlers(
+    platform: str = "cpu", /) -> dict[str, CapsuleType | dict[str, CapsuleType]]:
+  """{name: capsule, or {stage: capsule}} of the XLA FFI handlers of
+  ``platform`` ('cpu' or 'cuda'), for jax.ffi.register_ffi_target."""
+
+def cuda_load(path: str | None, /) -> None:
+  """Loads the CUDA runtime the CUDA handlers use: from ``path``, or with
+  None the one already in the process, else libcudart by name.  Raises
+  RuntimeError naming what was tried when none loads."""
+
+def call_stream() -> int:
+  """In a call target that the CUDA handler ``hcb_buffer_call`` runs: XLA's
+  cudaStream_t, as an int; 0 anywhere else."""
 
 def barrier(device_key: int | None = None, /) -> None:
   """Waits (without the GIL) until the records submitted so far to

@@ -128,7 +128,6 @@ hcb__tap_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
 {
     const hcb__handler *h = ctx;
     hcb_array stack_views[STACK_ARRAYS], *views = stack_views;
-    hcb_record *rec = NULL;
     hcb_runtime *rt;
     hcb_device device;
     uint64_t id = 0;
@@ -162,9 +161,7 @@ hcb__tap_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
             goto out;
         }
     }
-    if ((rc = hcb__record_alloc(id, device, views, (size_t)ntapped, &rec,
-                                err)) == HCB_OK)
-        rc = h->platform->send(rt, frame, rec, views, err);
+    rc = h->platform->send(rt, frame, id, device, views, (size_t)ntapped, err);
 out:
     if (views != stack_views)
         hcb__free(views);

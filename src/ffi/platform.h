@@ -7,8 +7,8 @@
  * where the operands live and how their bytes reach the host: an
  * hcb__platform answers that.  platform_cpu.c is the CPU's (host memory:
  * a memcpy, or nothing at all) and defines the handlers libhcb exports for
- * platform "cpu"; a platform with device memory and a stream adds one file
- * of the same shape, and no other file changes.
+ * platform "cpu"; platform_cuda.c is CUDA's (copies enqueued on XLA's
+ * stream into pinned host memory, pinned.c) and defines those for "CUDA".
  */
 #ifndef HCB_PLATFORM_H
 #define HCB_PLATFORM_H
@@ -23,13 +23,13 @@ typedef struct hcb__platform {
      * not alias to its operand). */
     int (*copy_on_device)(const XLA_FFI_CallFrame *frame, void *dst,
                           const void *src, size_t nbytes, hcb_error *err);
-    /* Fills the arrays of `rec` (laid out, not yet filled:
-     * hcb__record_alloc) from the device arrays `src` (one per array) and
-     * submits it to `rt`.  Takes `rec` over, failure or not.  The CPU
-     * copies and submits before it returns; a platform with a stream may
-     * enqueue the copies and submit once they have landed. */
-    int (*send)(hcb_runtime *rt, const XLA_FFI_CallFrame *frame,
-                hcb_record *rec, const hcb_array *src, hcb_error *err);
+    /* Makes a record of the device arrays `src` for tap `id` and submits
+     * it to `rt`.  The CPU copies and submits before it returns; CUDA
+     * enqueues the copies on the stream and submits once they have
+     * landed. */
+    int (*send)(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
+                hcb_device device, const hcb_array *src, size_t n,
+                hcb_error *err);
     /* Runs the call target `id` (hcb_runtime_call) over the device arrays
      * `args` and `results`: the target reads and writes host memory, so a
      * platform with device memory stages them, in order on its stream. */
@@ -39,6 +39,10 @@ typedef struct hcb__platform {
 } hcb__platform;
 
 extern const hcb__platform hcb__platform_cpu;
+extern const hcb__platform hcb__platform_cuda;
+/* CUDA for "hcb_buffer_call": the call target works on the device buffers
+ * themselves, on XLA's stream (hcb_call_stream). */
+extern const hcb__platform hcb__platform_cuda_in_place;
 
 /* The context of a handler (HCB_FFI_HANDLER_CTX): its platform, and the
  * runtime it submits to (NULL: hcb_runtime_default(); tests use their

@@ -39,15 +39,19 @@ cpu_copy_on_device(const XLA_FFI_CallFrame *frame, void *dst, const void *src,
 }
 
 static inline int
-cpu_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, hcb_record *rec,
-         const hcb_array *src, hcb_error *err)
+cpu_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
+         hcb_device device, const hcb_array *src, size_t n, hcb_error *err)
 {
+    hcb_record *rec;
     size_t i;
+    int rc;
 
     (void)frame;
-    for (i = 0; i < rec->nargs; i++)
-        if (rec->args[i].nbytes > 0)
-            memcpy(rec->args[i].data, src[i].data, rec->args[i].nbytes);
+    if ((rc = hcb__record_alloc(id, device, src, n, &rec, err)) != HCB_OK)
+        return rc;
+    for (i = 0; i < n; i++)
+        if (src[i].nbytes > 0)
+            memcpy(rec->args[i].data, src[i].data, src[i].nbytes);
     return hcb_runtime_submit(rt, rec, err);
 }
 
@@ -76,6 +80,13 @@ XLA_FFI_Error *
 hcb_ffi_call(XLA_FFI_CallFrame *frame)
 {
     return hcb__run_as_is(frame, "hcb_call", hcb__call_body, (void *)&cpu);
+}
+
+XLA_FFI_Error *
+hcb_ffi_buffer_call(XLA_FFI_CallFrame *frame)
+{
+    return hcb__run_as_is(frame, "hcb_buffer_call", hcb__call_body,
+                          (void *)&cpu);
 }
 
 XLA_FFI_Error *

@@ -130,6 +130,7 @@ consumer_main(void *arg)
             next = atomic_load_explicit(&rec->next, memory_order_relaxed);
             atomic_store_explicit(&rec->next, NULL, memory_order_relaxed);
             deliver(ch, rec);
+            hcb__record_delivered(rec);
             hcb_record_release(rec);
             /* each record, not each batch: a producer waiting for space
              * resumes as soon as its record fits (queue.c, "Done") */

@@ -40,7 +40,7 @@
  * parent's (queued at the fork) are never recycled in the child.
  */
 
-enum { POOL_NONE, POOL_ARENA, POOL_LARGE };
+enum { POOL_NONE, POOL_ARENA, POOL_LARGE, POOL_OWNER };
 
 #define ARENA_BYTES      ((size_t)64 << 10)
 #define ARENA_RECORD_MAX HCB_RECORD_SHARED_MAX /* bridge.c copies those */
@@ -309,6 +309,7 @@ record_alloc(size_t size)
     if (rec != NULL) {
         rec->pool = pool;
         rec->capacity = capacity;
+        rec->owner = NULL;
     }
     return rec;
 }
@@ -323,6 +324,9 @@ record_free(hcb_record *rec)
     case POOL_LARGE:
         if (!large_keep(rec, rec->capacity))
             hcb__free(rec);
+        return;
+    case POOL_OWNER:
+        rec->owner->free(rec);
         return;
     default:
         hcb__free(rec);
@@ -378,18 +382,15 @@ check_view(const hcb_array *a, size_t i, hcb_error *err)
     return HCB_OK;
 }
 
-int
-hcb__record_alloc(uint64_t callback_id, hcb_device device,
-                  const hcb_array *args, size_t nargs, hcb_record **out,
-                  hcb_error *err)
+/* The size of a record for `args`, and how many dims it holds. */
+static int
+measure(const hcb_array *args, size_t nargs, size_t *size, size_t *ndims,
+        hcb_error *err)
 {
-    size_t i, ndims = 0, size;
-    hcb_record *rec;
-    int64_t *dims;
-    char *payload;
+    size_t i;
     int rc;
 
-    *out = NULL;
+    *ndims = 0;
     if (nargs > 0 && args == NULL)
         return hcb_error_set(err, HCB_EINVAL, "nargs is %zu but args is NULL",
                              nargs);
@@ -398,21 +399,28 @@ hcb__record_alloc(uint64_t callback_id, hcb_device device,
     for (i = 0; i < nargs; i++) {
         if ((rc = check_view(&args[i], i, err)) != HCB_OK)
             return rc;
-        ndims += (size_t)args[i].rank;
+        *ndims += (size_t)args[i].rank;
     }
-    size = align_up(sizeof *rec + nargs * sizeof(hcb_array) +
-                    ndims * sizeof(int64_t));
+    *size = align_up(sizeof(hcb_record) + nargs * sizeof(hcb_array) +
+                     *ndims * sizeof(int64_t));
     for (i = 0; i < nargs; i++) {
-        size_t grown = size + align_up(args[i].nbytes);
+        size_t grown = *size + align_up(args[i].nbytes);
 
-        if (grown < size)
+        if (grown < *size)
             return hcb_error_set(err, HCB_EINVAL, "record too large");
-        size = grown;
+        *size = grown;
     }
-    rec = record_alloc(size);
-    if (rec == NULL)
-        return hcb_error_set(err, HCB_ENOMEM,
-                             "cannot allocate a %zu-byte tap record", size);
+    return HCB_OK;
+}
+
+/* Lays the record out in `rec` (its memory fields already set). */
+static void
+lay_out(hcb_record *rec, size_t size, size_t ndims, uint64_t callback_id,
+        hcb_device device, const hcb_array *args, size_t nargs)
+{
+    int64_t *dims;
+    char *payload;
+    size_t i;
 
     atomic_init(&rec->refs, 1);
     atomic_init(&rec->next, NULL);
@@ -435,6 +443,56 @@ hcb__record_alloc(uint64_t callback_id, hcb_device device,
         a->data = payload;
         payload += align_up(a->nbytes);
     }
+}
+
+int
+hcb__record_bytes(const hcb_array *args, size_t nargs, size_t *out,
+                  hcb_error *err)
+{
+    size_t ndims;
+
+    return measure(args, nargs, out, &ndims, err);
+}
+
+int
+hcb__record_alloc(uint64_t callback_id, hcb_device device,
+                  const hcb_array *args, size_t nargs, hcb_record **out,
+                  hcb_error *err)
+{
+    size_t size, ndims;
+    hcb_record *rec;
+    int rc;
+
+    *out = NULL;
+    if ((rc = measure(args, nargs, &size, &ndims, err)) != HCB_OK)
+        return rc;
+    rec = record_alloc(size);
+    if (rec == NULL)
+        return hcb_error_set(err, HCB_ENOMEM,
+                             "cannot allocate a %zu-byte tap record", size);
+    lay_out(rec, size, ndims, callback_id, device, args, nargs);
+    *out = rec;
+    return HCB_OK;
+}
+
+int
+hcb__record_place(void *mem, const hcb__record_owner *owner,
+                  uint64_t callback_id, hcb_device device,
+                  const hcb_array *args, size_t nargs, hcb_record **out,
+                  hcb_error *err)
+{
+    hcb_record *rec = mem;
+    size_t size, ndims;
+    int rc;
+
+    *out = NULL;
+    if ((rc = measure(args, nargs, &size, &ndims, err)) != HCB_OK)
+        return rc;
+    rec->pool = POOL_OWNER;
+    rec->capacity = size;
+    rec->arena = NULL;
+    rec->owner = owner;
+    lay_out(rec, size, ndims, callback_id, device, args, nargs);
     *out = rec;
     return HCB_OK;
 }

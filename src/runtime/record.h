@@ -21,6 +21,16 @@
 
 #define HCB__PAYLOAD_ALIGN _Alignof(max_align_t)
 
+/* Memory a record was laid out in by its creator (hcb__record_place): a
+ * platform's pinned host memory, say.  `free` takes the memory back when
+ * the last reference goes; `delivered` hears that the consumer has
+ * delivered the record (the memory may stay held longer, by whoever kept
+ * the record). */
+typedef struct hcb__record_owner {
+    void (*free)(struct hcb_record *rec);
+    void (*delivered)(struct hcb_record *rec);
+} hcb__record_owner;
+
 struct hcb_record {
     atomic_size_t refs;
     /* queue link: owned by the queue holding it (atomic: see queue.c) */
@@ -29,6 +39,7 @@ struct hcb_record {
     size_t capacity;     /* bytes of its allocation (>= size) */
     int pool;            /* where its memory goes back to (record.c) */
     struct arena *arena; /* the arena it was carved from, if any */
+    const hcb__record_owner *owner; /* placed records only, else NULL */
     uint64_t callback_id;
     hcb_device device;
     size_t nargs;
@@ -41,6 +52,27 @@ struct hcb_record {
 int hcb__record_alloc(uint64_t callback_id, hcb_device device,
                       const hcb_array *args, size_t nargs, hcb_record **out,
                       hcb_error *err);
+
+/* The bytes a record for `args` takes (checking each view as
+ * hcb__record_alloc does), for a creator that brings its own memory. */
+int hcb__record_bytes(const hcb_array *args, size_t nargs, size_t *out,
+                      hcb_error *err);
+
+/* hcb__record_alloc in `mem` (at least hcb__record_bytes, aligned to
+ * HCB__PAYLOAD_ALIGN), which `owner` takes back when the last reference
+ * goes. */
+int hcb__record_place(void *mem, const hcb__record_owner *owner,
+                      uint64_t callback_id, hcb_device device,
+                      const hcb_array *args, size_t nargs, hcb_record **out,
+                      hcb_error *err);
+
+/* Tells a placed record's owner that the consumer has delivered it. */
+static inline void
+hcb__record_delivered(hcb_record *rec)
+{
+    if (rec->owner != NULL && rec->owner->delivered != NULL)
+        rec->owner->delivered(rec);
+}
 
 /* The fork handlers of the record pools (runtime.c installs them with its
  * own): the pools' locks are held across fork, so the child finds them

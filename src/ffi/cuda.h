@@ -1,0 +1,92 @@
+/*
+ * cuda.h - what the CUDA platform (platform_cuda.c) needs from outside:
+ * the few CUDA runtime functions it calls, as a table, and its pool of
+ * pinned host memory.
+ *
+ * No CUDA header is needed to build: the table's types are the runtime's
+ * own ABI spelled in plain C (cudaError_t and the enums are ints, a stream
+ * is a pointer).  cuda.c fills the table from libcudart at run time
+ * (hcb_cuda_load), so a process that never runs a CUDA computation never
+ * loads it; tests install a stand-in (tests/c/fake_cuda.c) that copies on
+ * a thread of its own, and everything above the table is the code that
+ * runs on a GPU.
+ */
+#ifndef HCB_CUDA_H
+#define HCB_CUDA_H
+
+#include "base/common.h"
+
+/* cudaMemcpyKind */
+enum { HCB__CUDA_H2D = 1, HCB__CUDA_D2H = 2, HCB__CUDA_D2D = 3 };
+/* cudaHostAllocPortable: pinned for every device's context */
+#define HCB__CUDA_HOST_ALLOC_PORTABLE 1u
+
+/* cudaHostFn_t: runs on a CUDA thread once the stream reaches it; it must
+ * not call CUDA. */
+typedef void (*hcb__cuda_host_fn)(void *data);
+
+typedef struct hcb__cuda {
+    int (*memcpy_async)(void *dst, const void *src, size_t n, int kind,
+                        void *stream);
+    int (*memset_async)(void *dst, int value, size_t n, void *stream);
+    int (*launch_host_func)(void *stream, hcb__cuda_host_fn fn, void *data);
+    int (*stream_synchronize)(void *stream);
+    int (*host_alloc)(void **ptr, size_t n, unsigned flags);
+    int (*free_host)(void *ptr);
+    const char *(*error_string)(int status);
+} hcb__cuda;
+
+/* The table in use: the stand-in a test installed, else libcudart's,
+ * loaded at the first call (hcb_cuda_load with no path).  NULL, with
+ * `err` naming what was tried, when there is no CUDA runtime. */
+const hcb__cuda *hcb__cuda_get(hcb_error *err);
+
+/* Tests: uses `api` instead of libcudart (NULL: back to libcudart).  Call
+ * it while no CUDA handler runs. */
+void hcb__cuda_install(const hcb__cuda *api);
+
+/* Fills `err` with "<what>: <CUDA's message> (CUDA error <status>)" and
+ * returns HCB_ESYSTEM. */
+int hcb__cuda_fail(const hcb__cuda *api, int status, const char *what,
+                   hcb_error *err);
+
+/* ---- pinned.c: the pool of pinned host memory --------------------------
+ *
+ * One block of pinned memory (HCB__PINNED_BYTES), taken at the first use,
+ * handed out as a ring: records and call staging are carved in the order
+ * the devices ask, and come back mostly in that order.  A caller marks
+ * what it took "delivered" once the consumer is done with it (a record
+ * kept by the user longer still holds its bytes). */
+
+#define HCB__PINNED_BYTES ((size_t)256 << 20)
+
+/* `n` bytes of pinned memory, aligned to 64; waits while the pool is full
+ * and something taken from it is still on its way (a copy in flight, a
+ * record not yet delivered): that is the device's back-pressure.  NULL
+ * with HCB_OK in `err->code` when waiting cannot help: `n` is over half
+ * the pool, or what holds the pool is all kept by users; the caller then
+ * stages through smaller blocks, or uses memory of its own.  NULL with an error
+ * when the pool cannot be allocated. */
+void *hcb__pinned_take(const hcb__cuda *api, size_t n, hcb_error *err);
+
+/* The pool's size, 0 before its first use. */
+size_t hcb__pinned_capacity(void);
+
+/* Gives back what hcb__pinned_take returned (any thread, no CUDA call). */
+void hcb__pinned_give(void *p);
+
+/* `p` (from hcb__pinned_take) is no longer on its way: waiting for the
+ * pool no longer waits for it.  Once per block; hcb__pinned_give implies
+ * it. */
+void hcb__pinned_delivered(void *p);
+
+/* Tests: the pool's size before its first use (0: the default), and what
+ * it holds. */
+void hcb__pinned_configure(size_t bytes);
+typedef struct hcb__pinned_stats {
+    size_t capacity, used, blocks, on_the_way;
+    uint64_t waits, refusals;
+} hcb__pinned_stats;
+void hcb__pinned_get_stats(hcb__pinned_stats *out);
+
+#endif /* HCB_CUDA_H */

@@ -1,0 +1,225 @@
+/* fake_cuda.c - the stand-in CUDA runtime (fake_cuda.h). */
+#define _POSIX_C_SOURCE 200809L
+
+#include "fake_cuda.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OP_COPY, OP_SET, OP_HOST };
+
+typedef struct op {
+    struct op *next;
+    int kind;
+    void *dst;
+    const void *src;
+    size_t n;
+    int value;
+    hcb__cuda_host_fn fn;
+    void *data;
+} op;
+
+struct fake_stream {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    op *head, *tail;
+    bool held, running_op, stop;
+    pthread_t thread;
+};
+
+fake_counts fake_cuda_counts;
+atomic_long fake_cuda_fail_copy_after = -1, fake_cuda_fail_launch_after = -1;
+
+#define LAUNCH_FAILURE 719 /* cudaErrorLaunchFailure */
+
+static void *
+stream_main(void *arg)
+{
+    fake_stream *s = arg;
+    op *o;
+
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stop && (s->held || s->head == NULL))
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->head == NULL) /* stopped, and nothing left */
+            break;
+        o = s->head;
+        s->head = o->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        s->running_op = true;
+        pthread_mutex_unlock(&s->mu);
+        switch (o->kind) {
+        case OP_COPY:
+            memcpy(o->dst, o->src, o->n);
+            break;
+        case OP_SET:
+            memset(o->dst, o->value, o->n);
+            break;
+        default:
+            o->fn(o->data);
+        }
+        free(o);
+        pthread_mutex_lock(&s->mu);
+        s->running_op = false;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+fake_stream *
+fake_stream_new(void)
+{
+    fake_stream *s = calloc(1, sizeof *s);
+
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_create(&s->thread, NULL, stream_main, s);
+    return s;
+}
+
+void
+fake_stream_free(fake_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->held = false;
+    s->stop = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+void
+fake_stream_hold(fake_stream *s, bool hold)
+{
+    pthread_mutex_lock(&s->mu);
+    s->held = hold;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void
+fake_stream_drain(fake_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    while (s->head != NULL || s->running_op)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int
+enqueue(void *stream, op o)
+{
+    fake_stream *s = stream;
+    op *copy = malloc(sizeof *copy);
+
+    *copy = o;
+    copy->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->tail != NULL)
+        s->tail->next = copy;
+    else
+        s->head = copy;
+    s->tail = copy;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+static bool
+fails(atomic_long *countdown)
+{
+    long k = atomic_fetch_sub(countdown, 1);
+
+    if (k < 0)
+        atomic_store(countdown, -1);
+    return k == 0;
+}
+
+static int
+fake_memcpy_async(void *dst, const void *src, size_t n, int kind, void *stream)
+{
+    op o = {NULL, OP_COPY, dst, src, n, 0, NULL, NULL};
+
+    (void)kind;
+    if (fails(&fake_cuda_fail_copy_after))
+        return LAUNCH_FAILURE;
+    atomic_fetch_add(&fake_cuda_counts.copies, 1);
+    return enqueue(stream, o);
+}
+
+static int
+fake_memset_async(void *dst, int value, size_t n, void *stream)
+{
+    op o = {NULL, OP_SET, dst, NULL, n, value, NULL, NULL};
+
+    atomic_fetch_add(&fake_cuda_counts.memsets, 1);
+    return enqueue(stream, o);
+}
+
+static int
+fake_launch_host_func(void *stream, hcb__cuda_host_fn fn, void *data)
+{
+    op o = {NULL, OP_HOST, NULL, NULL, 0, 0, fn, data};
+
+    if (fails(&fake_cuda_fail_launch_after))
+        return LAUNCH_FAILURE;
+    atomic_fetch_add(&fake_cuda_counts.host_funcs, 1);
+    return enqueue(stream, o);
+}
+
+static int
+fake_stream_synchronize(void *stream)
+{
+    atomic_fetch_add(&fake_cuda_counts.syncs, 1);
+    fake_stream_drain(stream);
+    return 0;
+}
+
+static int
+fake_host_alloc(void **ptr, size_t n, unsigned flags)
+{
+    (void)flags;
+    atomic_fetch_add(&fake_cuda_counts.host_allocs, 1);
+    *ptr = aligned_alloc(4096, (n + 4095) & ~(size_t)4095);
+    return *ptr != NULL ? 0 : 2; /* cudaErrorMemoryAllocation */
+}
+
+static int
+fake_free_host(void *ptr)
+{
+    atomic_fetch_add(&fake_cuda_counts.free_hosts, 1);
+    free(ptr);
+    return 0;
+}
+
+static const char *
+fake_error_string(int status)
+{
+    return status == LAUNCH_FAILURE ? "unspecified launch failure"
+                                    : "fake CUDA error";
+}
+
+const hcb__cuda fake_cuda = {fake_memcpy_async,     fake_memset_async,
+                             fake_launch_host_func, fake_stream_synchronize,
+                             fake_host_alloc,       fake_free_host,
+                             fake_error_string};
+
+void
+fake_cuda_reset_counts(void)
+{
+    atomic_store(&fake_cuda_counts.copies, 0);
+    atomic_store(&fake_cuda_counts.host_funcs, 0);
+    atomic_store(&fake_cuda_counts.memsets, 0);
+    atomic_store(&fake_cuda_counts.syncs, 0);
+    atomic_store(&fake_cuda_counts.host_allocs, 0);
+    atomic_store(&fake_cuda_counts.free_hosts, 0);
+    atomic_store(&fake_cuda_fail_copy_after, -1);
+    atomic_store(&fake_cuda_fail_launch_after, -1);
+}

@@ -1,0 +1,41 @@
+/*
+ * fake_cuda.h - a stand-in for the CUDA runtime's function table (ffi/cuda.h)
+ * for the CUDA platform's tests: a "stream" is a thread that runs what is
+ * enqueued on it in order (copies are memcpy, host functions are called
+ * there, asynchronously), "device memory" is host memory, and pinned memory
+ * is aligned malloc.  Only the driver is replaced: the handlers, the
+ * pinned pool and the runtime under test are the real ones.
+ */
+#ifndef HCB_TEST_FAKE_CUDA_H
+#define HCB_TEST_FAKE_CUDA_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "ffi/cuda.h"
+
+typedef struct fake_stream fake_stream;
+
+fake_stream *fake_stream_new(void);
+/* Runs what is left, then stops the stream's thread. */
+void fake_stream_free(fake_stream *s);
+/* While held, the stream runs nothing (work queues up), as a GPU busy with
+ * a long kernel. */
+void fake_stream_hold(fake_stream *s, bool hold);
+/* Waits until the stream has run everything enqueued (the test's own
+ * wait: not counted as a synchronisation). */
+void fake_stream_drain(fake_stream *s);
+
+typedef struct fake_counts {
+    atomic_long copies, host_funcs, memsets, syncs, host_allocs, free_hosts;
+} fake_counts;
+
+extern const hcb__cuda fake_cuda;
+extern fake_counts fake_cuda_counts;
+/* The k-th memcpy_async / launch_host_func from now fails with
+ * cudaErrorLaunchFailure (719); -1: none fails. */
+extern atomic_long fake_cuda_fail_copy_after, fake_cuda_fail_launch_after;
+
+void fake_cuda_reset_counts(void);
+
+#endif
