@@ -49,7 +49,6 @@
 #include <numpy/arrayobject.h>
 #include <string.h>
 
-#define hcb_call_stream() ((void *)0) /* TEMP-STUB until main's ffi.h */
 _Static_assert(sizeof(Py_ssize_t) == sizeof(int64_t),
                "Buffer shapes are viewed as int64_t");
 
