@@ -12,7 +12,7 @@ and print options by name (a site's once, at registration).
 """
 
 from collections.abc import Callable, Sequence
-from typing import Any, Final, NoReturn, final
+from typing import Any, Final, final
 
 import jax
 import numpy as np
