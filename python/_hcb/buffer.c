@@ -105,8 +105,9 @@ check_valid(buffer_object *b)
     PyErr_SetString(PyExc_RuntimeError,
                     "this Buffer belongs to a buffer_callback that has "
                     "returned: XLA's memory behind it is no longer valid. "
-                    "Copy the data (numpy.array(buf)) inside the callback "
-                    "to keep it.");
+                    "Copy the data inside the callback to keep it "
+                    "(numpy.array(buf), or cupy.array(buf) for a GPU "
+                    "buffer).");
     return -1;
 }
 
@@ -493,10 +494,12 @@ check_dl_device(const buffer_object *b, PyObject *want)
 
 /* The DLPack `stream` rule for a CUDA Buffer: the consumer names the stream
  * it will use, and the producer must make the data safe there.  The data
- * is safe on XLA's stream alone (the file's comment says why), so None
- * (the consumer does not say), -1 (the consumer asks for no
- * synchronisation) and XLA's stream pass; another stream raises.  Outside a
- * CUDA call target hcb_call_stream() is NULL and nothing is checked. */
+ * is safe on XLA's stream alone (the file's comment says why), so XLA's
+ * stream and -1 (the consumer asks for no synchronisation) pass, and so
+ * does None: the protocol reads it as the legacy default stream, but
+ * consumers that predate the argument call __dlpack__() without one, as
+ * they use a CAI without a "stream" key.  Another stream raises.  Outside
+ * a CUDA call target hcb_call_stream() is NULL and nothing is checked. */
 static int
 check_dl_stream(const buffer_object *b, PyObject *stream)
 {
