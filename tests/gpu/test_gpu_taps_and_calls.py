@@ -47,6 +47,39 @@ def test_id_tap_in_a_scan_delivers_every_step_in_order(gpu, collect):
   np.testing.assert_array_equal(out, np.full(3, 2.0 ** 20, np.float32))
 
 
+def test_taps_in_cond_while_loop_and_eagerly(gpu):
+  log = []
+
+  def tap(name):
+    return lambda x, transforms: log.append((name, np.asarray(x).tolist()))
+
+  def fn(x):
+    x = lax.cond(x[0] > 0, lambda v: hcb.id_tap(tap("pos"), v),
+                 lambda v: hcb.id_tap(tap("neg"), v), x)
+    return lax.while_loop(lambda c: c[0] < 3,
+                          lambda c: hcb.id_tap(tap("loop"), c) + 1, x)
+
+  out = on(gpu, fn, jnp.ones(2, jnp.int32))
+  hcb.id_tap(tap("eager"), jax.device_put(jnp.int32(7), gpu))
+  hcb.barrier_wait()
+  assert log == [("pos", [1, 1]), ("loop", [1, 1]), ("loop", [2, 2]),
+                 ("eager", 7)]
+  np.testing.assert_array_equal(out, [3, 3])
+
+
+@pytest.mark.parametrize("flavor", list(hcb.CallbackFlavor))
+def test_callback_flavors(gpu, collect, flavor):
+  out = on(gpu, lambda x: hcb.id_tap(collect, x * 2, callback_flavor=flavor),
+           jnp.arange(3))
+  hcb.barrier_wait()
+  np.testing.assert_array_equal(out, [0, 2, 4])
+  np.testing.assert_array_equal(collect.args[0], [0, 2, 4])
+  if flavor is not hcb.CallbackFlavor.DEBUG:
+    f = lambda x: hcb.call(lambda a: a + 1, x, result_shape=x,
+                           callback_flavor=flavor)
+    np.testing.assert_array_equal(on(gpu, f, jnp.arange(3)), [1, 2, 3])
+
+
 def test_tap_with_device_gives_the_gpu(gpu, collect):
   on(gpu, lambda x: hcb.id_tap(collect, x, tap_with_device=True),
      jnp.arange(4))
