@@ -20,9 +20,9 @@ from jax.experimental import buffer_callback as jax_buffer_callback
 
 import host_callback as hcb
 
-from conftest import REPO
-from conftest import build_shared
-from conftest import needs_real_gpu
+from gpu_support import REPO
+from gpu_support import build_shared
+from gpu_support import needs_real_gpu
 
 F32_4 = jax.ShapeDtypeStruct((4,), np.float32)
 

@@ -18,9 +18,9 @@ from jax import lax
 
 import host_callback as hcb
 
-from conftest import PLATFORM
-from conftest import build_shared
-from conftest import run_python
+from gpu_support import PLATFORM
+from gpu_support import build_shared
+from gpu_support import run_python
 
 F32_3 = jax.ShapeDtypeStruct((3,), np.float32)
 
