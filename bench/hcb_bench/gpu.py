@@ -516,8 +516,9 @@ def main(smoke: bool, out_dir: str, reps: int | None = None) -> int:
   """``bench/run.py --gpu``: refuses a full run without a GPU."""
   if not on_gpu() and not smoke:
     progress(f"--gpu needs a GPU (JAX's default backend is "
-             f"{jax.default_backend()!r}); --smoke runs it on the CPU as a "
-             "dry run")
+             f"{jax.default_backend()!r}; the harness defaults JAX_PLATFORMS "
+             "to cpu, so set JAX_PLATFORMS=cuda,cpu as make bench-gpu does); "
+             "--smoke runs it on the CPU as a dry run")
     return 2
   if on_gpu() and load_cupy() is None:
     progress("--gpu needs CuPy for the pinned-memcpy baseline and the "
