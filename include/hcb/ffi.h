@@ -821,6 +821,12 @@ HCB_API XLA_FFI_Error *hcb_ffi_sharded_check_cuda(XLA_FFI_CallFrame *frame);
  * was tried, when no CUDA runtime can be loaded. */
 HCB_API int hcb_cuda_load(const char *path, hcb_error *err);
 
+/* Sets the size of the pinned host memory pool that GPU taps and calls
+ * copy into (default 256 MiB), before the first GPU callback takes it, or
+ * while none of it is in use.  HCB_EINVAL under 4 MiB, HCB_ESTATE while
+ * the pool is in use. */
+HCB_API int hcb_cuda_set_pinned_bytes(size_t bytes, hcb_error *err);
+
 /* During a call target that the CUDA handler "hcb_buffer_call" runs: the
  * cudaStream_t XLA computes on (enqueue the work there).  NULL anywhere
  * else: on CPU, in a tap, outside a call. */

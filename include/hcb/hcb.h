@@ -334,7 +334,9 @@ HCB_API int hcb_runtime_register_tap(hcb_runtime *rt,
  * runtime records the error as for a failed tap.  Several devices may run
  * the same call function concurrently.  From Python,
  * host_callback.native_call(fn) makes one the function of call or
- * buffer_callback: `args` and `results` are then XLA's own buffers. */
+ * buffer_callback: `args` and `results` are then XLA's own buffers: on a
+ * GPU (HCB_DEVICE_PLATFORM(device) == HCB_PLATFORM_CUDA) device pointers,
+ * to be worked on in stream order on hcb_call_stream() (ffi.h). */
 typedef int (*hcb_call_fn)(void *user, hcb_device device, const hcb_array *args,
                            size_t nargs, const hcb_array *results,
                            size_t nresults, hcb_error *err);

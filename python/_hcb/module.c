@@ -211,6 +211,20 @@ hcb_cuda_load_fn(PyObject *module, PyObject *args)
 }
 
 static PyObject *
+hcb_cuda_set_pinned_bytes_fn(PyObject *module, PyObject *arg)
+{
+    size_t bytes = PyLong_AsSize_t(arg);
+    hcb_error err;
+
+    (void)module;
+    if (bytes == (size_t)-1 && PyErr_Occurred())
+        return NULL;
+    if (hcb_cuda_set_pinned_bytes(bytes, &err) != HCB_OK)
+        return hcb_py_raise(&err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 hcb_call_stream_fn(PyObject *module, PyObject *unused)
 {
     (void)module;
@@ -508,6 +522,9 @@ static PyMethodDef hcb_methods[] = {
     {"cuda_load", hcb_cuda_load_fn, METH_VARARGS,
      "cuda_load(path): load the CUDA runtime the CUDA handlers use (None: "
      "the one in the process, else libcudart by name)."},
+    {"cuda_set_pinned_bytes", hcb_cuda_set_pinned_bytes_fn, METH_O,
+     "cuda_set_pinned_bytes(n): the size of the pinned pool of GPU "
+     "callbacks."},
     {"call_stream", hcb_call_stream_fn, METH_NOARGS,
      "call_stream() -> int: in a call target the CUDA handler "
      "hcb_buffer_call runs, XLA's cudaStream_t; 0 elsewhere."},

@@ -5,6 +5,11 @@
     (default 256e6, from 16e6 to 2**63-1; anything else is a
     ``ValueError`` that names the variable).  When a device's queue is full the device
     waits (back-pressure); nothing is dropped.
+``HOST_CALLBACK_CUDA_PINNED_BYTE_SIZE``
+    The pinned host memory GPU taps and calls copy into, taken once at the
+    first GPU callback (default 256 MiB, from 4 MiB up).  A tap of up to
+    half of it is copied in one piece; a larger one passes through it in
+    chunks.  When it is full of taps still on their way the device waits.
 ``HOST_CALLBACK_INLINE``
     ``1``/``true``: outside ``jax.jit`` and other staging, call tap functions
     directly in the calling thread (for debuggers and stack traces).
@@ -21,6 +26,8 @@ DEFAULT_MAX_QUEUE_BYTES = int(256e6)
 MIN_MAX_QUEUE_BYTES = int(16e6)
 # The runtime keeps the bound in a size_t; past this it means "no bound".
 MAX_MAX_QUEUE_BYTES = 2**63 - 1
+DEFAULT_CUDA_PINNED_BYTES = 256 << 20
+MIN_CUDA_PINNED_BYTES = 4 << 20
 
 
 def _env(name: str) -> tuple[str, str] | None:
@@ -40,14 +47,14 @@ def _parse_bool(name: str, value: str) -> bool:
   raise ValueError(f"{name} must be a boolean (1/0, true/false), got {value!r}")
 
 
-def max_queue_bytes() -> int:
-  """The queue bound from the environment, validated."""
-  found = _env("MAX_QUEUE_BYTE_SIZE")
+def _byte_size(name: str, default: int, low: int, high: int,
+               example: str) -> int:
+  """The number of bytes HOST_CALLBACK_<name> sets, validated."""
+  found = _env(name)
   if found is None:
-    return DEFAULT_MAX_QUEUE_BYTES
-  name, value = found
-  accepted = (f"a number of bytes from {MIN_MAX_QUEUE_BYTES} to "
-              f"{MAX_MAX_QUEUE_BYTES}, such as 256e6")
+    return default
+  full, value = found
+  accepted = f"a number of bytes from {low} to {high}, such as {example}"
   number: int | float
   try:
     number = int(value)
@@ -55,10 +62,22 @@ def max_queue_bytes() -> int:
     try:
       number = float(value)
     except ValueError:
-      raise ValueError(f"{name} must be {accepted}; got {value!r}") from None
-  if not MIN_MAX_QUEUE_BYTES <= number <= MAX_MAX_QUEUE_BYTES:  # nan too
-    raise ValueError(f"{name} must be {accepted}; got {value!r}")
+      raise ValueError(f"{full} must be {accepted}; got {value!r}") from None
+  if not low <= number <= high:  # nan too
+    raise ValueError(f"{full} must be {accepted}; got {value!r}")
   return int(number)
+
+
+def max_queue_bytes() -> int:
+  """The queue bound from the environment, validated."""
+  return _byte_size("MAX_QUEUE_BYTE_SIZE", DEFAULT_MAX_QUEUE_BYTES,
+                    MIN_MAX_QUEUE_BYTES, MAX_MAX_QUEUE_BYTES, "256e6")
+
+
+def cuda_pinned_bytes() -> int:
+  """The size of the pinned pool of GPU callbacks, validated."""
+  return _byte_size("CUDA_PINNED_BYTE_SIZE", DEFAULT_CUDA_PINNED_BYTES,
+                    MIN_CUDA_PINNED_BYTES, MAX_MAX_QUEUE_BYTES, "512e6")
 
 
 def inline() -> bool:
@@ -68,4 +87,5 @@ def inline() -> bool:
 
 
 MAX_QUEUE_BYTES: int = max_queue_bytes()
+CUDA_PINNED_BYTES: int = cuda_pinned_bytes()
 INLINE: bool = inline()

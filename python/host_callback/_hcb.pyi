@@ -209,6 +209,10 @@ def cuda_load(path: str | None, /) -> None:
   None the one already in the process, else libcudart by name.  Raises
   RuntimeError naming what was tried when none loads."""
 
+def cuda_set_pinned_bytes(n: int, /) -> None:
+  """Sets the size of the pinned pool GPU taps and calls copy into (before
+  its first use, or while none of it is in use: else RuntimeError)."""
+
 def call_stream() -> int:
   """In a call target that the CUDA handler ``hcb_buffer_call`` runs: XLA's
   cudaStream_t, as an int; 0 anywhere else."""

@@ -394,6 +394,7 @@ def _keep_for_barrier(header: str, exc: BaseException) -> str:
 _hcb.configure(_dtype_table(), _device_for_key, _on_callback_error,
                jax.tree_util.tree_flatten, logger.warning)
 _hcb.set_max_queue_bytes(_config.MAX_QUEUE_BYTES)
+_hcb.cuda_set_pinned_bytes(_config.CUDA_PINNED_BYTES)
 
 
 def _register_handlers() -> None:

@@ -80,9 +80,11 @@ void hcb__pinned_give(void *p);
  * it. */
 void hcb__pinned_delivered(void *p);
 
-/* Tests: the pool's size before its first use (0: the default), and what
- * it holds. */
-void hcb__pinned_configure(size_t bytes);
+/* The pool's size from now on (0: the default): HCB_ESTATE, changing
+ * nothing, while some of it is in use (hcb_cuda_set_pinned_bytes).  And
+ * for tests, what it holds. */
+#define HCB__PINNED_MIN_BYTES ((size_t)4 << 20)
+int hcb__pinned_configure(size_t bytes);
 typedef struct hcb__pinned_stats {
     size_t capacity, used, blocks, on_the_way;
     uint64_t waits, refusals;

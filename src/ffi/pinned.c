@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "ffi/cuda.h"
+#include "hcb/ffi.h"
 
 #define ALIGN 64
 
@@ -218,9 +219,11 @@ hcb__pinned_give(void *p)
     hcb__mutex_unlock(&pool.mu);
 }
 
-void
+int
 hcb__pinned_configure(size_t bytes)
 {
+    int rc = HCB_OK;
+
     pthread_once(&pool_once, pool_init);
     hcb__mutex_lock(&pool.mu);
     if (pool.capacity != 0 && pool.used == 0) {
@@ -228,9 +231,29 @@ hcb__pinned_configure(size_t bytes)
         pool.slab = NULL;
         pool.capacity = 0;
     }
-    pool.want = bytes;
-    pool.waits = pool.refusals = 0;
+    if (pool.capacity == 0) {
+        pool.want = bytes;
+        pool.waits = pool.refusals = 0;
+    } else {
+        rc = HCB_ESTATE;
+    }
     hcb__mutex_unlock(&pool.mu);
+    return rc;
+}
+
+int
+hcb_cuda_set_pinned_bytes(size_t bytes, hcb_error *err)
+{
+    if (bytes < HCB__PINNED_MIN_BYTES)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "the pinned pool must be at least %zu bytes, "
+                             "got %zu",
+                             HCB__PINNED_MIN_BYTES, bytes);
+    if (hcb__pinned_configure(bytes) != HCB_OK)
+        return hcb_error_set(err, HCB_ESTATE,
+                             "the pinned pool is in use: its size can change "
+                             "only while no GPU callback holds any of it");
+    return HCB_OK;
 }
 
 void

@@ -88,7 +88,7 @@ setup(void **state)
     (void)state;
     fake_cuda_reset_counts();
     hcb__cuda_install(&fake_cuda);
-    hcb__pinned_configure(1 << 20);
+    assert_int_equal(hcb__pinned_configure(1 << 20), HCB_OK);
     assert_int_equal(hcb_runtime_create(NULL, &rt, NULL), HCB_OK);
     sink = tu_sink_new();
     t.fn = tu_sink_fn;
@@ -524,6 +524,29 @@ test_pinned_ring_reuses_memory_given_back_out_of_order(void **state)
     assert_int_equal(ps.capacity, 1 << 20);
 }
 
+/* The pool's size is set before it is used, or while it is unused. */
+static void
+test_pinned_pool_size_changes_only_while_unused(void **state)
+{
+    hcb_error err;
+    void *p;
+
+    (void)state;
+    assert_int_equal(hcb_cuda_set_pinned_bytes(1 << 20, &err), HCB_EINVAL);
+    assert_non_null(strstr(err.message, "at least 4194304 bytes, got "
+                                        "1048576"));
+    p = hcb__pinned_take(&fake_cuda, 100, &err);
+    assert_non_null(p);
+    assert_int_equal(hcb_cuda_set_pinned_bytes(8 << 20, &err), HCB_ESTATE);
+    assert_non_null(strstr(err.message, "in use"));
+    assert_int_equal(hcb__pinned_capacity(), 1 << 20);
+    hcb__pinned_give(p);
+    assert_int_equal(hcb_cuda_set_pinned_bytes(8 << 20, &err), HCB_OK);
+    p = hcb__pinned_take(&fake_cuda, 100, &err);
+    assert_int_equal(hcb__pinned_capacity(), 8 << 20);
+    hcb__pinned_give(p);
+}
+
 int
 main(void)
 {
@@ -556,6 +579,8 @@ main(void)
         cmocka_unit_test_setup_teardown(
             test_pinned_ring_reuses_memory_given_back_out_of_order, setup,
             teardown),
+        cmocka_unit_test_setup_teardown(
+            test_pinned_pool_size_changes_only_while_unused, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -184,6 +184,24 @@ def test_queue_bound_in_range(value, size, monkeypatch):
   assert _config.max_queue_bytes() == size
 
 
+def test_cuda_pinned_pool_setting(monkeypatch):
+  from host_callback import _config
+  monkeypatch.delenv("HOST_CALLBACK_CUDA_PINNED_BYTE_SIZE", raising=False)
+  assert _config.cuda_pinned_bytes() == 256 << 20
+  monkeypatch.setenv("HOST_CALLBACK_CUDA_PINNED_BYTE_SIZE", "512e6")
+  assert _config.cuda_pinned_bytes() == 512_000_000
+  monkeypatch.setenv("HOST_CALLBACK_CUDA_PINNED_BYTE_SIZE", "1e6")
+  with pytest.raises(ValueError) as info:
+    _config.cuda_pinned_bytes()
+  assert str(info.value) == (
+      "HOST_CALLBACK_CUDA_PINNED_BYTE_SIZE must be a number of bytes from "
+      "4194304 to 9223372036854775807, such as 512e6; got '1e6'")
+  # what Python validated, C takes: under 4 MiB is refused there too
+  from host_callback import _hcb
+  with pytest.raises(ValueError, match="at least 4194304 bytes, got 1000"):
+    _hcb.cuda_set_pinned_bytes(1000)
+
+
 def test_inline_mode_calls_in_the_calling_thread():
   proc = run_python("""
       import threading, jax, jax.numpy as jnp

@@ -1,0 +1,86 @@
+/* test_cuda_abi.c - the CUDA runtime as src/ffi/cuda.h spells it, checked
+ * against the CUDA toolkit's own header (built where a toolkit is found),
+ * and the real libcudart loaded through hcb_cuda_load. */
+#include "testutil.h"
+
+#include <cuda_runtime_api.h>
+
+#include "ffi/cuda.h"
+#include "hcb/ffi.h"
+
+/* cuda.h declares no CUDA type: each is an int or a pointer of the same
+ * size, and the constants are CUDA's. */
+_Static_assert(sizeof(cudaError_t) == sizeof(int), "cudaError_t is an int");
+_Static_assert(sizeof(enum cudaMemcpyKind) == sizeof(int), "an int");
+_Static_assert(sizeof(cudaStream_t) == sizeof(void *), "a pointer");
+_Static_assert(cudaSuccess == 0, "0 is success");
+_Static_assert((int)cudaMemcpyHostToDevice == HCB__CUDA_H2D, "H2D");
+_Static_assert((int)cudaMemcpyDeviceToHost == HCB__CUDA_D2H, "D2H");
+_Static_assert((int)cudaMemcpyDeviceToDevice == HCB__CUDA_D2D, "D2D");
+_Static_assert(cudaHostAllocPortable == HCB__CUDA_HOST_ALLOC_PORTABLE,
+               "portable");
+
+/* The functions cuda.c binds have these prototypes in the toolkit (the
+ * initialisations fail to compile if one differs). */
+static cudaError_t (*const memcpy_async)(void *, const void *, size_t,
+                                         enum cudaMemcpyKind,
+                                         cudaStream_t) = cudaMemcpyAsync;
+static cudaError_t (*const memset_async)(void *, int, size_t,
+                                         cudaStream_t) = cudaMemsetAsync;
+static cudaError_t (*const launch_host_func)(cudaStream_t, cudaHostFn_t,
+                                             void *) = cudaLaunchHostFunc;
+static cudaError_t (*const stream_synchronize)(cudaStream_t) =
+    cudaStreamSynchronize;
+static cudaError_t (*const host_alloc)(void **, size_t,
+                                       unsigned) = cudaHostAlloc;
+static cudaError_t (*const free_host)(void *) = cudaFreeHost;
+static const char *(*const error_string)(cudaError_t) = cudaGetErrorString;
+
+static void
+test_toolkit_prototypes_match(void **state)
+{
+    (void)state;
+    assert_non_null(memcpy_async);
+    assert_non_null(memset_async);
+    assert_non_null(launch_host_func);
+    assert_non_null(stream_synchronize);
+    assert_non_null(host_alloc);
+    assert_non_null(free_host);
+    assert_non_null(error_string);
+}
+
+/* hcb_cuda_load finds the real runtime, and its errors come back with
+ * CUDA's own message (on a machine without a GPU, pinning fails). */
+static void
+test_the_real_runtime_loads(void **state)
+{
+    const hcb__cuda *api;
+    hcb_error err;
+    void *p = NULL;
+    int status;
+
+    (void)state;
+    assert_int_equal(hcb_cuda_load(NULL, &err), HCB_OK);
+    api = hcb__cuda_get(&err);
+    assert_non_null(api);
+    status = api->host_alloc(&p, 4096, HCB__CUDA_HOST_ALLOC_PORTABLE);
+    if (status == 0) {
+        assert_int_equal(api->free_host(p), 0);
+        return;
+    }
+    assert_int_equal(hcb__cuda_fail(api, status, "pinning", &err), HCB_ESYSTEM);
+    assert_non_null(strstr(err.message, cudaGetErrorString(status)));
+    assert_non_null(strstr(err.message, "pinning: "));
+    print_message("without a GPU: %s\n", err.message);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_toolkit_prototypes_match),
+        cmocka_unit_test(test_the_real_runtime_loads),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
