@@ -17,11 +17,15 @@ numbers mean nothing and the report says so.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import datetime
 import importlib
 import os
 import platform
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Any, Callable, Iterator
@@ -33,6 +37,7 @@ from jax.experimental import buffer_callback as jax_buffer_callback
 
 import host_callback as hcb
 
+from hcb_bench.harness import BENCH_DIR
 from hcb_bench.harness import MiB
 from hcb_bench.harness import Counter
 from hcb_bench.harness import Sample
@@ -298,7 +303,7 @@ def buffer_touch(cupy: Any) -> Callable[..., None]:
 
 
 def measure_calls(cfg: GpuConfig, cupy: Any,
-                  native: Native | None) -> StepCosts:
+                  native: hcb.NativeCallback | None) -> StepCosts:
   """Targets 4 and 5 (and the options of ``call``): per-step cost of
   synchronous callbacks of a 4-byte value in a scan, over the scan
   without."""
@@ -324,7 +329,7 @@ def measure_calls(cfg: GpuConfig, cupy: Any,
   }
   if native is not None:
     bodies["native_call"] = lambda x: hcb.call(
-        native.call, x, result_shape=spec) + 1
+        native, x, result_shape=spec) + 1
   x = jnp.zeros((), jnp.float32)
   fns = {k: scan(b, cfg.call_steps) for k, b in bodies.items()}
   samples = interleaved(
@@ -398,7 +403,7 @@ CALL_LABELS = {
     "buffer_callback": "`buffer_callback` (reads ctx.stream, views out)",
     "jax_buffer_callback": "JAX's `buffer_callback` (the same callback)",
     "call_with_device": "`call(call_with_device=True)`, Python function",
-    "native_call": "`call`, native C function",
+    "native_call": "`call`, native function that copies its argument",
 }
 
 
@@ -478,16 +483,47 @@ def report(cfg: GpuConfig, m: GpuMeasurements, goals: list[Target],
   return "\n".join(lines)
 
 
+GPU_NATIVE_SOURCE = os.path.join(BENCH_DIR, "native", "bench_native_gpu.cu")
+
+
+def gpu_native_call(build_dir: str) -> hcb.NativeCallback:
+  """native/bench_native_gpu.cu built with nvcc against the installed
+  package: a native call on a GPU gets XLA's device buffers and copies on
+  XLA's stream."""
+  flags = subprocess.run(
+      [sys.executable, "-m", "host_callback", "--cflags", "--libs"],
+      capture_output=True, text=True, check=True).stdout.split()
+  # nvcc hands -Wl,... to the host linker through -Xlinker.
+  flags = [f for flag in flags for f in (
+      ["-Xlinker", flag[4:].replace(",", "=", 1)] if flag.startswith("-Wl,")
+      else [flag])]
+  path = os.path.join(build_dir, "libhcb_bench_gpu.so")
+  cmd = ["nvcc", "-O2", "-shared", "-Xcompiler", "-fPIC", GPU_NATIVE_SOURCE,
+         *flags, "-o", path]
+  done = subprocess.run(cmd, capture_output=True, text=True)
+  if done.returncode != 0:
+    raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stdout}"
+                       f"{done.stderr}")
+  return hcb.native_call(ctypes.CDLL(path).hcb_bench_gpu_copy_call)
+
+
 @contextlib.contextmanager
-def native_or_none() -> Iterator[Native | None]:
-  """bench_native.c built and loaded for the native-call row, or None where
-  no C compiler works (the row is then left out)."""
+def native_call_or_none() -> Iterator[hcb.NativeCallback | None]:
+  """The copying native call of the call table: on a GPU
+  native/bench_native_gpu.cu's (built with nvcc), on the CPU
+  native/bench_native.c's; None (the row left out) where it cannot be
+  built."""
   with tempfile.TemporaryDirectory(prefix="hcb-bench-gpu-") as build_dir:
+    native: hcb.NativeCallback | None = None
     try:
-      native: Native | None = Native(build_dir)
-    except (OSError, RuntimeError) as e:
+      if not on_gpu():
+        native = Native(build_dir).call
+      elif shutil.which("nvcc") is None:
+        progress("no native call row: nvcc is not installed")
+      else:
+        native = gpu_native_call(build_dir)
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as e:
       progress(f"no native call row: {e}")
-      native = None
     yield native
 
 
@@ -503,7 +539,7 @@ def run(cfg: GpuConfig, out_dir: str) -> list[Target]:
   progress("gpu 3/4 tap bandwidth vs pinned cudaMemcpy")
   bandwidth = measure_bandwidth(cfg, cupy)
   progress("gpu 4/4 call, pure_callback, buffer_callback")
-  with native_or_none() as native:
+  with native_call_or_none() as native:
     calls = measure_calls(cfg, cupy, native)
   m = GpuMeasurements(small, matmul, bandwidth, calls)
   goals = gpu_targets(m)

@@ -18,6 +18,7 @@ from jax import lax
 
 import host_callback as hcb
 
+from gpu_support import DRY_RUN
 from gpu_support import PLATFORM
 from gpu_support import build_shared
 from gpu_support import run_python
@@ -335,7 +336,8 @@ NATIVE_SOURCE = r"""
 static unsigned long long taps, tapped_elements;
 static double tapped_sum;
 
-/* A call: results[0] = args[0] * 2 + 1 (float32), host memory. */
+/* A call on the host (a dry run on the CPU): results[0] = args[0] * 2 + 1
+ * (float32). */
 int twice_plus_one(void *user, hcb_device device, const hcb_array *args,
                    size_t nargs, const hcb_array *results, size_t nresults,
                    hcb_error *err) {
@@ -395,8 +397,64 @@ def native_lib(tmp_path_factory):
   return lib
 
 
-def test_call_with_a_native_function(gpu, native_lib):
-  native = hcb.native_call(native_lib.twice_plus_one)
+NATIVE_CUDA_SOURCE = r"""
+#include <stdio.h>
+#include <cuda_runtime.h>
+#include "hcb/hcb.h"
+#include "hcb/ffi.h"
+
+__global__ void twice_plus_one_kernel(const float *in, float *out, size_t n) {
+  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n)
+    out[i] = in[i] * 2.0f + 1.0f;
+}
+
+/* A call on a GPU: XLA's device buffers, worked on on XLA's stream
+ * (include/hcb/hcb.h, hcb_call_fn).  results[0] = args[0] * 2 + 1. */
+extern "C" int twice_plus_one(void *user, hcb_device device,
+                              const hcb_array *args, size_t nargs,
+                              const hcb_array *results, size_t nresults,
+                              hcb_error *err) {
+  cudaStream_t stream = (cudaStream_t)hcb_call_stream();
+  size_t n;
+
+  (void)user;
+  if (nargs != 1 || nresults != 1 || args[0].dtype != HCB_F32 ||
+      results[0].nbytes != args[0].nbytes) {
+    err->code = HCB_EINVAL;
+    snprintf(err->message, sizeof err->message,
+             "twice_plus_one: expected one float32 array in and out");
+    return HCB_EINVAL;
+  }
+  if (HCB_DEVICE_PLATFORM(device) != HCB_PLATFORM_CUDA || stream == NULL) {
+    err->code = HCB_EINVAL;
+    snprintf(err->message, sizeof err->message,
+             "twice_plus_one: not on a CUDA device with a stream");
+    return HCB_EINVAL;
+  }
+  n = args[0].nbytes / sizeof(float);
+  if (n > 0)
+    twice_plus_one_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(
+        (const float *)args[0].data, (float *)results[0].data, n);
+  return cudaGetLastError() == cudaSuccess ? HCB_OK : HCB_EINVAL;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def native_call_fn(tmp_path_factory, native_lib):
+  """twice_plus_one: a CUDA kernel on XLA's stream, as a native call on a
+  GPU gets device pointers; the host version in a dry run."""
+  if DRY_RUN:
+    return native_lib.twice_plus_one
+  lib = ctypes.CDLL(str(build_shared(tmp_path_factory.mktemp("native_cuda"),
+                                     "gpu_native_call", NATIVE_CUDA_SOURCE,
+                                     cuda=True)))
+  return lib.twice_plus_one
+
+
+def test_call_with_a_native_function(gpu, native_call_fn):
+  native = hcb.native_call(native_call_fn)
   f = lambda x: hcb.call(native, x, result_shape=x)
   np.testing.assert_array_equal(on(gpu, f, jnp.arange(4, dtype=jnp.float32)),
                                 [1.0, 3.0, 5.0, 7.0])
