@@ -171,6 +171,31 @@ def test_backpressure_with_a_small_queue_loses_nothing():
   assert done.stdout.startswith("ok")
 
 
+def test_taps_larger_than_a_small_pinned_pool_pass_through_it_in_chunks():
+  # A 4 MiB pinned pool (the smallest): 24 MiB taps go through it in
+  # chunks, interleaved with small taps, every byte and the order kept.
+  done = run_python(f"""
+      import jax, jax.numpy as jnp, numpy as np
+      import host_callback as hcb
+      assert jax.default_backend() == {PLATFORM!r}
+      got = []
+      def tap(x, tr):
+        got.append((x.size, int(x[0]), int(x[-1])))
+      def step(c, _):
+        hcb.id_tap(tap, c[:1])
+        return hcb.id_tap(tap, c) + 1, None
+      n = 6 << 20
+      f = jax.jit(lambda x: jax.lax.scan(step, x, None, length=5)[0])
+      f(jnp.arange(n, dtype=jnp.int32)).block_until_ready()
+      hcb.barrier_wait()
+      want = [t for k in range(5) for t in ((1, k, k), (n, k, n - 1 + k))]
+      assert got == want, got
+      print("ok")
+      """, env={"HOST_CALLBACK_CUDA_PINNED_BYTE_SIZE": str(4 << 20)})
+  assert done.returncode == 0, done.stdout + done.stderr
+  assert done.stdout.startswith("ok")
+
+
 def test_taps_from_a_failing_tap_function_are_recorded(gpu):
   def bad(x, transforms):
     raise ValueError("tap says no")
