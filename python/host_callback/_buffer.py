@@ -46,8 +46,8 @@ class ExecutionStage(enum.IntEnum):
 
 
 class ExecutionContext:
-  """What a buffer callback knows about the call: the ``device`` running it
-  and the ``stage`` (always ``EXECUTE`` here)."""
+  """What a buffer callback knows about the call: the ``device`` running it,
+  the ``stage`` (always ``EXECUTE`` here) and, on a GPU, XLA's ``stream``."""
 
   __slots__ = ("device", "stage")
 
@@ -58,9 +58,22 @@ class ExecutionContext:
 
   @property
   def stream(self) -> int:
-    """The device stream; CPU computations have none: raises
-    ``jax.errors.JaxRuntimeError`` ("UNIMPLEMENTED: XLA FFI GPU context is
-    not available"), as JAX's own ``ExecutionContext.stream`` does."""
+    """XLA's CUDA stream (a ``cudaStream_t`` as an int) on which the
+    computation runs, as JAX's ``ExecutionContext.stream`` gives it: enqueue
+    the callback's GPU work on it (``cupy.cuda.ExternalStream(ctx.stream)``)
+    so that it reads the inputs after XLA wrote them and XLA reads the
+    results after it wrote them.  Valid only while the callback runs.  CPU
+    computations have none: raises ``jax.errors.JaxRuntimeError``
+    ("UNIMPLEMENTED: XLA FFI GPU context is not available"), as JAX's
+    does."""
+    if self.device.platform == "gpu":
+      stream = _hcb.call_stream()
+      if stream:
+        return stream
+      raise jax.errors.JaxRuntimeError(
+          "FAILED_PRECONDITION: ExecutionContext.stream is XLA's stream "
+          f"during the buffer callback on {self.device} only; read it inside "
+          "the callback, on the thread that runs it")
     raise jax.errors.JaxRuntimeError(
         "UNIMPLEMENTED: XLA FFI GPU context is not available "
         f"(ExecutionContext.stream: {self.device} is a CPU device, which has "
@@ -193,6 +206,14 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
   ``numpy.asarray(buf)`` is a view, not a copy, and a Buffer kept after the
   callback returns raises on use.  The callback must return ``None``.
 
+  On a GPU the Buffers are device memory: ``cupy.asarray(buf)``
+  (``__cuda_array_interface__``) or ``cupy.from_dlpack(buf)`` view them,
+  and host access (``numpy.asarray``, ``memoryview``) raises.  The
+  callback runs while XLA enqueues the computation, not after the device
+  reached it: do the work on ``ctx.stream`` (``with
+  cupy.cuda.ExternalStream(ctx.stream):``), never on another stream.
+  Sub-byte types (``int4``, ...) are refused on GPU.
+
   Args:
     callback: the Python function, or a C function from
       :func:`native_call`.
@@ -203,9 +224,7 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
     input_output_aliases: ``{input index: output index}`` of flattened
       arguments and results that share a buffer.
     command_buffer_compatible: accepted for compatibility; it changes
-      nothing (whether XLA may capture the call into a CUDA graph is a
-      trait of the ``hcb_buffer_call`` handler, the same for every buffer
-      callback; CPU has no command buffers).
+      nothing here (the callback runs at every execution).
 
   Returns:
     A function of arrays (pytrees) that returns the results as JAX arrays.
