@@ -118,6 +118,15 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
     raise ValueError(
         f"host_callback {what}: device_index={device_index} is out of range "
         f"for a computation on {ndevices} devices")
+  if target == "hcb_buffer_call" and _platform(ctx) != "cpu":
+    # JAX's Python callback hands the function host copies, not the
+    # device's buffers that a buffer callback or a native call works on.
+    raise NotImplementedError(
+        f"host_callback {what}: a function that works in place on GPU "
+        f"buffers cannot run under jit over operands sharded across "
+        f"{ndevices} devices (JAX's callback would give it host copies); "
+        "call it inside jax.shard_map, where each device runs it on its "
+        "own buffers")
   i32 = ShapedArray((), np.int32)
   ordinal = jax.ffi.build_ffi_lowering_function("hcb_device_ordinal")(
       ctx.replace(avals_in=(), avals_out=(i32,))).results

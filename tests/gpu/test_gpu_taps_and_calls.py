@@ -506,3 +506,32 @@ def test_native_tap(gpu, native_lib):
   assert native_lib.native_taps() - taps0 == 10
   assert native_lib.native_elements() - elements0 == 10 * 1000
   assert native_lib.native_sum() - sum0 == 1000 * sum(range(10))
+
+
+def test_taps_and_prints_name_the_gpu(gpu, collect):
+  x = jax.device_put(jnp.arange(3, dtype=jnp.float32), gpu)
+  out = io.StringIO()
+
+  def f(x):
+    y = hcb.id_tap(collect, x * 2, tap_with_device=True)
+    return hcb.id_print(y + 1, tap_with_device=True, output_stream=out)
+
+  np.testing.assert_array_equal(jax.jit(f)(x), [1, 3, 5])
+  hcb.barrier_wait()
+  (arg, transforms, device), = collect.calls
+  np.testing.assert_array_equal(arg, [0, 2, 4])
+  assert transforms == () and device == gpu
+  assert out.getvalue() == f"device: {gpu}\n[1. 3. 5.]\n"
+
+
+def test_barrier_waits_for_taps_of_a_computation_still_running(gpu, collect):
+  def f(x):
+    def step(c, _):
+      c = jnp.sin(c @ c.T)
+      return hcb.id_tap(collect, c[0, 0]) * 0 + c, None
+    return jax.lax.scan(step, x, None, length=50)[0]
+
+  x = jax.device_put(jnp.ones((512, 512), jnp.float32), gpu)
+  jax.jit(f)(x)  # not waited for
+  hcb.barrier_wait()
+  assert len(collect.calls) == 50

@@ -9,7 +9,6 @@ place on the device's buffers (buffer_callback, native calls) lower to
 from __future__ import annotations
 
 import ctypes
-import io
 import re
 import subprocess
 import sys
@@ -215,6 +214,25 @@ def test_native_buffer_callback_lowers_to_hcb_buffer_call_for_cuda(native):
   call, = hlo_calls(_lowered(f, "cuda", X))
   assert call.target == "hcb_buffer_call"
   assert_typed_ffi(call)
+
+
+def test_in_place_calls_under_jit_over_sharded_gpu_operands_are_refused(
+    native):
+  """Under jit over sharded operands a callback runs through JAX's Python
+  callback, which gives host copies: a function meant for the GPU's own
+  buffers is refused at lowering, saying what to use instead."""
+  mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:2]), ("d",))
+  sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
+  x = jax.device_put(X, sharded)
+  result = jax.ShapeDtypeStruct(X.shape, X.dtype)
+  for f in (hcb.buffer_callback(_add_one, result),
+            lambda x: hcb.call(hcb.native_call(native.double_call), x,
+                               result_shape=result)):
+    with pytest.raises(NotImplementedError,
+                       match="cannot run under jit over operands sharded "
+                             "across 2 devices .* inside jax.shard_map"):
+      _lowered(f, "cuda", x)
+    jax.jit(f)(x).block_until_ready()  # on CPU: host buffers, it runs
 
 
 def test_pure_callbacks_lower_without_side_effect_or_token_for_cuda():
@@ -468,65 +486,3 @@ def _runtime_has_no_cudart() -> bool:
       pass
   from host_callback import _runtime
   return _runtime._cudart_path() is None
-
-
-# ---- on a CUDA device (GPU machines only) -------------------------------------
-
-def _cuda_device() -> Any:
-  from host_callback import _runtime
-  devices = _runtime._local_cuda_devices()
-  return devices[0] if devices else None
-
-
-needs_cuda = pytest.mark.skipif(_cuda_device() is None,
-                                reason="needs a CUDA device")
-
-
-@needs_cuda
-def test_taps_and_prints_on_a_cuda_device_name_it(collect):
-  dev = _cuda_device()
-  x = jax.device_put(jnp.arange(3, dtype=jnp.float32), dev)
-  out = io.StringIO()
-
-  def f(x):
-    y = hcb.id_tap(collect, x * 2, tap_with_device=True)
-    return hcb.id_print(y + 1, tap_with_device=True, output_stream=out)
-
-  np.testing.assert_array_equal(jax.jit(f)(x), [1, 3, 5])
-  hcb.barrier_wait()
-  (arg, transforms, device), = collect.calls
-  np.testing.assert_array_equal(arg, [0, 2, 4])
-  assert transforms == () and device == dev
-  assert out.getvalue() == f"device: {dev}\n[1. 3. 5.]\n"
-
-
-@needs_cuda
-def test_calls_on_a_cuda_device_get_it():
-  dev = _cuda_device()
-  x = jax.device_put(jnp.arange(3, dtype=jnp.float32), dev)
-  seen = []
-
-  def host(v, device):
-    seen.append(device)
-    return np.asarray(v) * 10
-
-  f = jax.jit(lambda x: hcb.call(host, x, result_shape=x,
-                                 call_with_device=True))
-  np.testing.assert_array_equal(f(x), [0, 10, 20])
-  assert seen == [dev]
-
-
-@needs_cuda
-def test_barrier_waits_for_taps_of_a_running_cuda_computation(collect):
-  dev = _cuda_device()
-
-  def f(x):
-    def step(c, _):
-      c = jnp.sin(c @ c.T)
-      return hcb.id_tap(collect, c[0, 0]) * 0 + c, None
-    return jax.lax.scan(step, x, None, length=50)[0]
-
-  x = jax.device_put(jnp.ones((512, 512), jnp.float32), dev)
-  jax.jit(f)(x)  # not waited for
-  hcb.barrier_wait()
-  assert len(collect.calls) == 50
