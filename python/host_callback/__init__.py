@@ -11,14 +11,19 @@ threads.  ``call`` calls a Python function synchronously and returns its
 checked result to the computation.  ``barrier_wait`` waits for every
 pending tap and reports exceptions raised by callbacks.  ``native_tap`` and
 ``native_call`` make C functions callbacks (no Python, no GIL per call);
-``get_include``/``get_library`` locate the C API.  See README.md and docs/.
+``get_include``/``get_library`` locate the C API.  ``pure_callback``,
+``io_callback`` and the ``debug`` module (``callback``, ``print``, ``log``)
+are JAX's modern callback APIs on the same runtime.  See README.md and docs/.
 """
 
 from host_callback._buffer import Buffer
 from host_callback._buffer import ExecutionContext
 from host_callback._buffer import ExecutionStage
 from host_callback._buffer import buffer_callback
+from host_callback import debug
 from host_callback._call import call
+from host_callback._dropins import io_callback
+from host_callback._dropins import pure_callback
 from host_callback._install import get_cmake_dir
 from host_callback._install import get_include
 from host_callback._install import get_library
@@ -50,14 +55,17 @@ __all__ = [
     "barrier_wait",
     "buffer_callback",
     "call",
+    "debug",
     "get_cmake_dir",
     "get_include",
     "get_library",
     "get_pkgconfig_dir",
     "id_print",
     "id_tap",
+    "io_callback",
     "native_call",
     "native_tap",
+    "pure_callback",
     "stats",
     "stop_outfeed_receiver",
 ]
