@@ -684,6 +684,19 @@ def _wait_for_callbacks() -> None:
   _hcb.barrier()
 
 
+def wait_before_eager_callback() -> None:
+  """Waits until every callback issued before has run, so that an eager
+  debug callback (host_callback.debug), which runs at once in the calling
+  thread as JAX's do, comes after them: program order.  Errors stay
+  recorded for barrier_wait.  Nothing to wait for before the first
+  compiled callback, nor inside a tap (its own thread) or a device
+  callback."""
+  if (not _state.handlers_registered or _state.exiting or _hcb.in_tap() or
+      _in_device_callback()):
+    return
+  _wait_for_callbacks()
+
+
 def _on_effects_barrier() -> None:
   """Added to ``jax.effects_barrier()`` (see ``_jax.extend_effects_barrier``):
   it also waits for host_callback's callbacks, and leaves their errors for

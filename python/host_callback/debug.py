@@ -20,7 +20,10 @@ from the ``transforms`` the tap receives:
   tangents, in a ``custom_jvp`` rule) calls nothing, as JAX's transpose
   rule of debug callbacks does nothing;
 - outside any trace (no tracer among the arguments) the function is called
-  at once, synchronously, as JAX's eager debug callbacks are.
+  at once, synchronously, as JAX's eager debug callbacks are, once the
+  callbacks issued before it have run (an eager ``vmap`` taps the batched
+  values, then calls a function of unbatched ones eagerly: its text comes
+  after theirs, as in JAX).
 
 Arguments that are not arrays (strings, ``None``, other objects) are static,
 as in JAX: they are kept with the tap site and passed back unchanged.
@@ -186,13 +189,22 @@ class _DebugTap:
     return _runtime.callable_name(self.func)
 
 
+def _tracing() -> bool:
+  """Whether a trace (``jit``, ...) is in progress: a value made here is a
+  tracer then (for a callback without array arguments, which has no
+  tracer to tell)."""
+  return isinstance(jax.lax.full((), 0, np.int8), jax.core.Tracer)
+
+
 def _issue(func: Callable[..., Any], args: tuple[Any, ...],
          kwargs: dict[str, Any], *, with_device: bool = False) -> None:
   in_tree, dynamic, static = _split(args, kwargs)
   tap = _DebugTap(func, in_tree, static, with_device)
   leaves = [_leaves.as_array(x) for x in dynamic]
-  if not _leaves.any_tracer(leaves):
-    # Eagerly, as JAX: at once, in this thread.
+  if not (_leaves.any_tracer(leaves) if leaves else _tracing()):
+    # Eagerly, as JAX: at once, in this thread, after the callbacks
+    # issued before (program order).
+    _runtime.wait_before_eager_callback()
     device = None
     if with_device:
       device = next((d for x in leaves for d in x.devices()),
@@ -365,10 +377,10 @@ def _print(fmt: str, args: tuple[Any, ...], kwargs: dict[str, Any], *,
            skip_format_check: bool, use_logging: bool) -> None:
   if not skip_format_check:
     _FormatChecker().format(fmt, *args, **kwargs)
-  has_placeholders = False
-  if fmt:
-    _, field_name, *_ = next(iter(string.Formatter().parse(fmt)))
-    has_placeholders = field_name is not None
+  # Any field (JAX looks at the first only, and fails on a format that
+  # starts with an escaped brace, "{{x}} {y}").
+  has_placeholders = any(field is not None
+                         for _, field, _, _ in string.Formatter().parse(fmt))
   printer = _Print(fmt, has_placeholders,
                    _needs_jax_arrays(fmt, has_placeholders, args, kwargs),
                    _user_frame() if use_logging else None)
