@@ -323,6 +323,9 @@ class _Print:
                  tuple((k, _frozen(v))
                        for k, v in sorted(self.np_printoptions.items())))
 
+  def __call__(self, *args: Any, **kwargs: Any) -> None:
+    self.emit(args, kwargs, None)
+
   def emit(self, args: tuple[Any, ...], kwargs: dict[str, Any],
            device: Any) -> None:
     """Formats ``args`` and ``kwargs`` and writes the text (or logs it,
