@@ -280,6 +280,16 @@ def test_callback_inside_custom_jvp_rule_sees_tangents_not_cotangents():
   assert_same_calls(run)
 
 
+def test_callback_under_grad_of_checkpoint_runs_again_in_the_remat():
+  def run(mod, cb):
+    def g(x):
+      mod.callback(cb, x)
+      return jnp.sin(x)
+    jax.grad(jax.checkpoint(g))(1.)
+
+  assert len(assert_same_calls(run)) == 2
+
+
 def test_print_in_scan_cond_and_while_loop(capsys):
   def run(mod):
     # Ordered: XLA may run JAX's unordered callbacks of one program in any
@@ -340,6 +350,17 @@ def test_print_under_shard_map_prints_each_shard(capsys):
 
   text = assert_same_text(capsys, run, sort=True)
   assert len(text.splitlines()) == n
+
+
+def test_print_under_eager_shard_map_prints_each_shard(capsys):
+  n = len(jax.devices())
+
+  def run(mod):
+    jax.shard_map(lambda v: (mod.print("shard {v}", v=v), v)[1],
+                  mesh=_mesh(), in_specs=P("d"), out_specs=P("d"))(
+                      jnp.arange(2. * n))
+
+  assert len(assert_same_text(capsys, run, sort=True).splitlines()) == n
 
 
 def test_callback_under_pmap_is_called_per_device():
