@@ -9,7 +9,7 @@ with ``numpy.asarray``), and differentiation, ``vmap`` and bad declarations
 raise JAX's errors (``api`` of the ``hcb_call`` primitive names the
 drop-in).
 
-Where JAX and host_callback differ (docs/migrating.md):
+Where JAX and host_callback differ (README.md):
 
 - the function receives numpy arrays, not ``jax.Array``s on the CPU device:
   the same values, shapes and dtypes, at no cost per call (JAX copies every

@@ -28,7 +28,7 @@ from the ``transforms`` the tap receives:
 Arguments that are not arrays (strings, ``None``, other objects) are static,
 as in JAX: they are kept with the tap site and passed back unchanged.
 
-Where JAX and host_callback differ (docs/migrating.md):
+Where JAX and host_callback differ (README.md):
 
 - the function receives numpy arrays (JAX: ``jax.Array``s copied onto its
   CPU device); ``debug.print`` formats what JAX's does, character for
