@@ -65,8 +65,10 @@ class _FlatCallback:
     return hash((_frozen(self.callback), self.in_tree))
 
   def __eq__(self, other: object) -> bool:
+    # == rather than is: a bound method is a new object each time.
     return (isinstance(other, _FlatCallback) and
-            other.callback is self.callback and other.in_tree == self.in_tree)
+            _frozen(other.callback) == _frozen(self.callback) and
+            other.in_tree == self.in_tree)
 
   def __repr__(self) -> str:
     return _runtime.callable_name(self.callback)

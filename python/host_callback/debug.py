@@ -182,8 +182,7 @@ class _DebugTap:
     return hash(self._key)
 
   def __eq__(self, other: object) -> bool:
-    return (isinstance(other, _DebugTap) and other._key == self._key and
-            other.func is self.func)
+    return isinstance(other, _DebugTap) and other._key == self._key
 
   def __repr__(self) -> str:
     return _runtime.callable_name(self.func)
