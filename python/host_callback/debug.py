@@ -142,7 +142,7 @@ def _elements(leaves: list[np.ndarray], batch_dims: list[tuple[Any, ...]]
 
 class _DebugTap:
   """The tap function of a ``debug.callback``/``print``/``log`` site: calls
-  ``func(*args, **kwargs, [device=])`` once per element of the tapped
+  ``func(*args, **kwargs)`` (a ``_Print`` with the device) once per element of the tapped
   value (see the module's docstring).  Equal for the same function,
   argument structure and static arguments, so that re-tracing reuses the
   compiled tap."""
@@ -196,7 +196,10 @@ def _tracing() -> bool:
 
 
 def _issue(func: Callable[..., Any], args: tuple[Any, ...],
-         kwargs: dict[str, Any], *, with_device: bool = False) -> None:
+           kwargs: dict[str, Any], *, with_device: bool = False) -> None:
+  """Calls ``func(*args, **kwargs)`` on the host: eagerly now, or from a
+  tap of the array leaves (``with_device``: a ``_Print`` also gets the
+  device)."""
   in_tree, dynamic, static = _split(args, kwargs)
   tap = _DebugTap(func, in_tree, static, with_device)
   leaves = [_leaves.as_array(x) for x in dynamic]
