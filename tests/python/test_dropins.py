@@ -573,6 +573,22 @@ def test_pure_callback_sharding_picks_the_calling_device():
         sharding=NamedSharding(_mesh(), P("d"))))(x)
 
 
+@pytest.mark.parametrize("api", ["pure", "io"])
+def test_callbacks_under_shard_map_run_per_shard_like_jaxs(api):
+  n = len(jax.devices())
+  x = jax.device_put(jnp.arange(2. * n), NamedSharding(_mesh(), P("d")))
+  outs = {}
+  for name in DEBUGS:
+    fn = (PURES if api == "pure" else IOS)[name]
+    f = jax.jit(jax.shard_map(
+        lambda v: fn(lambda a: a * 10 + len(a),
+                     jax.ShapeDtypeStruct(v.shape, v.dtype), v),
+        mesh=_mesh(), in_specs=P("d"), out_specs=P("d")))
+    outs[name] = np.asarray(f(x))
+  np.testing.assert_array_equal(outs["hcb"], outs["jax"])
+  np.testing.assert_array_equal(outs["hcb"], np.arange(2. * n) * 10 + 2)
+
+
 # ---- io_callback -------------------------------------------------------------
 
 def test_io_callback_results_order_and_vmap_are_jaxs():
