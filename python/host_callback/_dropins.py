@@ -50,25 +50,42 @@ class _FlatCallback:
   Equal for the same function and argument structure, so that re-tracing
   reuses the compiled call, as JAX's own ``_FlatCallback`` does."""
 
-  __slots__ = ("callback", "in_tree", "__weakref__")
+  __slots__ = ("callback", "in_tree", "positional", "one_result",
+               "__weakref__")
 
-  def __init__(self, callback: Callable[..., Any], in_tree: Any):
+  def __init__(self, callback: Callable[..., Any], in_tree: Any,
+               one_result: bool):
     self.callback = callback
     self.in_tree = in_tree
+    # Only positional array arguments: the leaves are the arguments (no
+    # unflattening per call).
+    n = in_tree.num_leaves
+    self.positional = in_tree == jax.tree_util.tree_structure(
+        ((0,) * n, {}))
+    # One declared result: the call declares the leaf itself, not a list.
+    self.one_result = one_result
 
-  def __call__(self, flat: list[Any]) -> list[np.ndarray]:
-    args, kwargs = self.in_tree.unflatten(flat)
-    result = self.callback(*args, **kwargs)
-    return [np.asarray(x) for x in jax.tree_util.tree_leaves(result)]
+  def __call__(self, flat: list[Any]) -> Any:
+    if self.positional:
+      result = self.callback(*flat)
+    else:
+      args, kwargs = self.in_tree.unflatten(flat)
+      result = self.callback(*args, **kwargs)
+    if self.one_result and isinstance(result, np.ndarray):
+      return result
+    leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(result)]
+    # A wrong count stays a list: the call's check reports it.
+    return leaves[0] if self.one_result and len(leaves) == 1 else leaves
 
   def __hash__(self) -> int:
-    return hash((_frozen(self.callback), self.in_tree))
+    return hash((_frozen(self.callback), self.in_tree, self.one_result))
 
   def __eq__(self, other: object) -> bool:
     # == rather than is: a bound method is a new object each time.
     return (isinstance(other, _FlatCallback) and
             _frozen(other.callback) == _frozen(self.callback) and
-            other.in_tree == self.in_tree)
+            other.in_tree == self.in_tree and
+            other.one_result == self.one_result)
 
   def __repr__(self) -> str:
     return _runtime.callable_name(self.callback)
@@ -118,13 +135,15 @@ def _bind(api: str, callback: Callable[..., Any], result_shape_dtypes: Any,
     raise TypeError(f"callback must be callable, got {callback!r}")
   flat_args, in_tree = jax.tree_util.tree_flatten((args, kwargs))
   flat_results, out_tree = _result_shapes(result_shape_dtypes)
+  one = len(flat_results) == 1
   outs = _call.bind(_runtime.hashable_callable(_FlatCallback(callback,
-                                                              in_tree)),
-                    flat_args, result_shape=flat_results,
+                                                              in_tree, one)),
+                    flat_args, result_shape=flat_results[0] if one else
+                    flat_results,
                     call_with_device=False,
                     device_index=_device_index(sharding, api),
                     callback_flavor=flavor, vmap_method=vmap_method, api=api)
-  return jax.tree_util.tree_unflatten(out_tree, outs)
+  return jax.tree_util.tree_unflatten(out_tree, [outs] if one else outs)
 
 
 def pure_callback(callback: Callable[..., Any], result_shape_dtypes: Any,

@@ -485,6 +485,14 @@ def test_pure_callback_result_conversion_is_jaxs():
                                x))(1.)
     assert float(out[0]) == 1.5 and out[1].tolist() == [1, 2]
     assert out[0].dtype == jnp.float32 and out[1].dtype == jnp.int32
+    # One declared leaf: a result wrapped in a tuple is its one leaf.
+    one = jax.jit(lambda x: pc(lambda a: (a * 2,), shapes[0], x))(1.)
+    assert float(one) == 2. and one.dtype == jnp.float32
+    two = jax.jit(lambda x: pc(lambda a: (a, a), shapes[0], x))
+    with pytest.raises(jax.errors.JaxRuntimeError):
+      two(1.).block_until_ready()
+  with pytest.raises(hcb.CallbackException):
+    hcb.barrier_wait()
 
 
 @pytest.mark.parametrize("vmap_method", ["sequential", "sequential_unrolled",
