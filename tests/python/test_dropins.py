@@ -8,6 +8,7 @@ id_print / id_tap routed to a logging.Logger."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -56,6 +57,21 @@ def assert_same_text(capsys, run, sort: bool = False) -> str:
   assert got["hcb"] == got["jax"]
   assert got["jax"]
   return got["jax"]
+
+
+@pytest.mark.parametrize("ours, theirs", [
+    (hcb.pure_callback, jax.pure_callback),
+    (hcb.io_callback, jax_io_callback),
+    (hdebug.callback, jax.debug.callback),
+    (hdebug.print, jax.debug.print),
+    (hdebug.log, jax.debug.log),
+], ids=["pure_callback", "io_callback", "callback", "print", "log"])
+def test_signatures_are_jaxs(ours, theirs):
+  def params(f):
+    return [(p.name, p.kind, p.default)
+            for p in inspect.signature(f).parameters.values()
+            if p.name != "_use_logging"]  # JAX's private switch of log
+  assert params(ours) == params(theirs)
 
 
 # ---- debug.print: the text --------------------------------------------------
