@@ -128,17 +128,33 @@ def keep_when_unused(prim: Primitive) -> None:
   _jax.dce_rules[prim] = _callback_dce_rule
 
 
+def _holds_effectful_callback(jaxpr: Jaxpr) -> bool:
+  """Whether ``jaxpr`` (or one nested in it) holds a callback that must not
+  run where the program does not: neither ``PURE`` nor ``DEBUG`` (debug
+  callbacks, as JAX's ``jax.debug``, may run where a transformation makes
+  the program run, e.g. both branches of a batched cond)."""
+  for eqn in jaxpr.eqns:
+    if (eqn.primitive in _kept and eqn.params["flavor"] not in
+        (CallbackFlavor.PURE, CallbackFlavor.DEBUG)):
+      return True
+    if any(_holds_effectful_callback(sub)
+           for sub in jaxprs_in_params(eqn.params)):
+      return True
+  return False
+
+
 def _refusing_batched_cond(rule: Callable[..., Any]) -> Callable[..., Any]:
   def cond_batching_rule(axis_data: Any, args: Any, dims: Any, *,
                          branches: Any, **params: Any) -> Any:
     if dims[0] is not None and any(
-        _jaxpr_holds_callback(b.jaxpr) for b in branches):
+        _jaxpr_holds_callback(b.jaxpr) and
+        _holds_effectful_callback(b.jaxpr) for b in branches):
       raise NotImplementedError(
           "vmap of lax.cond with a batched predicate, where a branch holds "
           "host_callback taps or calls: vmap would run every branch (as a "
           "select), and with them callbacks of branches not taken. Use "
-          "CallbackFlavor.PURE callbacks there, or move the callback out of "
-          "the cond.")
+          "CallbackFlavor.PURE or DEBUG callbacks there, or move the "
+          "callback out of the cond.")
     return rule(axis_data, args, dims, branches=branches, **params)
 
   setattr(cond_batching_rule, "__wrapped__", rule)  # JAX's rule
@@ -214,7 +230,7 @@ _wrapped_count = -1  # how many DCE rules JAX had when they were last wrapped
 def keep_containers() -> None:
   """Makes JAX keep containers (scan, while, cond, jit, ...) whose body
   holds one of our callbacks, refuse vmap of a cond whose branches hold
-  one, and batch a while whose predicate holds one with the predicate
+  one (unless it is PURE or DEBUG: those may run in every branch), and batch a while whose predicate holds one with the predicate
   evaluated once per iteration.  Our primitives' abstract evaluation calls it, so it happens when the
   first program with a callback is traced; after that it is one comparison.
   Rules that JAX registers later (a module imported afterwards) are wrapped

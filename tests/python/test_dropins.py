@@ -335,6 +335,26 @@ def test_print_in_scan_cond_and_while_loop(capsys):
   assert_same_text(capsys, run)
 
 
+def test_print_under_vmap_of_cond_and_while_with_batched_predicates(capsys):
+  # JAX runs both branches of a batched cond (a select), and a batched
+  # loop's body for every element until all are done: debug prints show it.
+  def run(mod):
+    # Ordered: under jit XLA may run JAX's unordered ones in any order.
+    p = partial(mod.print, ordered=True)
+
+    def f(i):
+      lax.cond(i % 2 == 0, lambda: p("even {}", i), lambda: p("odd {}", i))
+      lax.while_loop(lambda c: c < i,
+                     lambda c: (p("body {} {}", i, c), c + 1)[1], 0)
+    jax.vmap(f)(jnp.arange(3))
+    jax.jit(jax.vmap(f))(jnp.arange(3))
+
+  assert_same_text(capsys, run)
+  with pytest.raises(NotImplementedError, match="batched predicate"):
+    jax.vmap(lambda i: lax.cond(i > 0, lambda: hcb.id_print(i),
+                                lambda: i))(jnp.arange(2))
+
+
 @pytest.mark.xfail(strict=True, reason="a tap in a while_loop predicate "
                    "whose result is unused does not run (id_print too): "
                    "the lowering loses it")
