@@ -131,6 +131,19 @@ def test_print_format_specs_are_jaxs(capsys, fmt):
   assert_same_text(capsys, run)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_print_format_specs_of_scalars_of_each_dtype(capsys, dtype):
+  x = np.array(2, dtype)
+  kind = np.dtype(dtype).kind
+  fmt = {"f": "{x:.3f} {x:>10} {x:e}", "V": "{x:.3f} {x:>10}",
+         "c": "{x:.2f} {x:>20}", "b": "{x:>6} {x!s}"}.get(kind, "{x:04d} {x:x}")
+
+  def run(mod):
+    jax.jit(lambda v: mod.print(fmt, x=v))(x)
+
+  assert_same_text(capsys, run)
+
+
 def test_print_of_pytrees_is_jaxs(capsys):
   tree = {"b": (jnp.ones(2), [jnp.int32(3)]), "a": None}
 
