@@ -32,8 +32,9 @@ def batch_by_method(args: Sequence[Any], dims: Sequence[Any], *,
   the batch (its results get one too).  ``always_broadcast`` lists the
   arguments that ``expand_dims`` must broadcast instead (aliased ones).
   ``"legacy_vectorized"`` (``jax.pure_callback``'s, for its drop-in)
-  passes the unbatched arguments as they are.  ``legacy_message`` starts the error without a ``vmap_method``: the words
-  of the removed module, which its users search for."""
+  passes the unbatched arguments as they are.  ``legacy_message`` starts
+  the error without a ``vmap_method``: the words of the removed module,
+  which its users search for."""
   if vmap_method is None:
     raise NotImplementedError(
         f"{legacy_message}{what} under vmap needs a vmap_method: pass "
