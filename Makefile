@@ -4,6 +4,8 @@
 #
 # Other targets: setup, install, ctest, ctest-asan, ctest-tsan, fuzz, pytest, pytest-matrix,
 # test-install, typecheck, bench, bench-smoke, format, format-check, clean
+# On a machine with an NVIDIA GPU (never part of `make test`; README.md, "GPU"):
+# test-gpu, bench-gpu; gpu-wheels (run where there is network) brings what they need offline
 
 SHELL := /bin/bash
 # The supported combinations, one pin file each in requirements/: the first
@@ -25,7 +27,8 @@ PIP_INSTALL = HCB_WERROR=ON $(1)/bin/python -m pip install -q --no-build-isolati
 PYVER = $(patsubst py%,%,$(firstword $(subst -, ,$(1))))
 
 .PHONY: demo test setup debian install ctest ctest-asan ctest-tsan fuzz pytest pytest-matrix \
-  test-install typecheck bench bench-smoke format format-check clean
+  test-install typecheck bench bench-smoke format format-check clean \
+  gpu-wheels install-gpu test-gpu bench-gpu
 
 demo: install
 	$(PY) examples/demo.py
@@ -123,6 +126,44 @@ bench: install
 
 bench-smoke: install
 	$(PY) bench/run.py --smoke --out build/bench-smoke
+
+# ---- GPU (README.md, "GPU") ---------------------------------------------------
+# The GPU machines are offline and bring Python 3.12 with JAX 0.11.2, its CUDA 13
+# plugin, CuPy, pytest and scikit-build-core: the package is built into that
+# Python (GPU_PY) without build isolation.  A package missing there is installed
+# from build/gpu-wheels, which `make gpu-wheels` fills on a machine with network
+# (the wheels are pure Python; the pins are those of requirements/py3.12-*.txt).
+GPU_PY ?= python3
+GPU_WHEELS := build/gpu-wheels
+GPU_PACKAGES := scikit-build-core pytest pytest-timeout
+GPU_PINS := scikit-build-core==1.1.2 pytest==9.2.0 pytest-timeout==2.4.0
+
+gpu-wheels:
+	mkdir -p $(GPU_WHEELS)
+	$(if $(wildcard $(PY)),$(PY),python3) -m pip download -q --only-binary=:all: \
+	  --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d $(GPU_WHEELS) $(GPU_PINS)
+	ls $(GPU_WHEELS)
+
+install-gpu:
+	@$(GPU_PY) -c "import jax, sys; sys.exit(0 if jax.default_backend() == 'gpu' else \
+	  'make $@: JAX sees no GPU here (default backend ' + repr(jax.default_backend()) + ')')"
+	if [ -d $(GPU_WHEELS) ]; then $(GPU_PY) -m pip install -q --no-index \
+	  --find-links $(GPU_WHEELS) $(GPU_PACKAGES); fi
+	$(GPU_PY) -m pip install -q --no-build-isolation --no-deps \
+	  --config-settings=build-dir=build/py-gpu .
+
+# Every API on the GPU (tests/gpu; they fail rather than skip without one),
+# then the CuPy example.
+test-gpu: install-gpu
+	HCB_REQUIRE_GPU=1 XLA_PYTHON_CLIENT_PREALLOCATE=false \
+	  $(GPU_PY) -m pytest -q -p no:cacheprovider tests/gpu
+	$(GPU_PY) examples/cupy_buffer_callback.py
+
+# The GPU targets (bench/README.md, "GPU"): writes bench/results/RESULTS-gpu.md.
+bench-gpu: install-gpu
+	JAX_PLATFORMS=cuda,cpu $(GPU_PY) bench/run.py --gpu
 
 format:
 	clang-format -i $(C_SOURCES)

@@ -10,6 +10,7 @@ import tempfile
 import time
 from typing import Sequence
 
+from hcb_bench import gpu
 from hcb_bench.backpressure import measure_backpressure
 from hcb_bench.backpressure import worker_main
 from hcb_bench.cases import measure_dispatch
@@ -70,11 +71,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help=f"repetitions (default {FULL.reps}; "
                       f"{SMOKE.reps} with --smoke)")
   parser.add_argument("--steps", type=int, help="scan length of item 1")
+  parser.add_argument("--gpu", action="store_true",
+                      help="the GPU targets instead (``make bench-gpu``): "
+                      "writes RESULTS-gpu.md; needs a GPU and CuPy, but "
+                      "with --smoke, which also runs on the CPU")
   parser.add_argument("--backpressure-worker", metavar="CONFIG",
                       help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.backpressure_worker:
     return worker_main(args.backpressure_worker)
+  if args.gpu:
+    return gpu.main(args.smoke, args.out, args.reps)
   cfg = SMOKE if args.smoke else FULL
   if args.reps is not None:
     cfg = dataclasses.replace(cfg, reps=max(1, args.reps))

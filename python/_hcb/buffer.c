@@ -10,16 +10,41 @@
  * XLA's memory is only valid during the call, so a Buffer kept longer
  * raises instead of reading or writing freed memory.
  *
- * Buffer exposes the buffer protocol (numpy.asarray and memoryview are
- * zero-copy for the types with a PEP 3118 code), __array__ (every type,
- * bfloat16 included), __dlpack__/__dlpack_device__ (numpy.from_dlpack) and
- * shape/dtype.
+ * A Buffer of a CPU device exposes the buffer protocol (numpy.asarray and
+ * memoryview are zero-copy for the types with a PEP 3118 code), __array__
+ * (every type, bfloat16 included), __dlpack__/__dlpack_device__
+ * (numpy.from_dlpack) and shape/dtype.
+ *
+ * A Buffer of a CUDA device (HCB_DEVICE_PLATFORM(device) is
+ * HCB_PLATFORM_CUDA) points at device memory, so every host access (the
+ * buffer protocol, __array__) raises and says what to use instead; it
+ * exposes __cuda_array_interface__ (version 3) and __dlpack__ with kDLCUDA,
+ * as JAX's own buffer_callback Buffer does.  The callback runs while XLA's
+ * thread enqueues work, not after the stream reached this point: inputs may
+ * still be being computed, and results are read by kernels enqueued after
+ * the callback returns.  Work on the Buffers therefore goes on XLA's stream
+ * (ExecutionContext.stream, hcb_call_stream()), and nothing here
+ * synchronises the stream or copies device memory:
+ *   - __cuda_array_interface__ has no "stream" key.  CAI v3 says a consumer
+ *     must synchronise on a given stream; CuPy and Numba do so with
+ *     cudaStreamSynchronize, a host wait on XLA's stream at every
+ *     conversion, and it would still not order the consumer's writes
+ *     before XLA's next kernels.  JAX's Buffer gives no stream either.
+ *   - __dlpack__(stream=s) with s an integer other than XLA's stream (and
+ *     not -1, "no synchronisation") raises BufferError: the protocol asks
+ *     the producer to make the data safe on s, which would take an event
+ *     and a cross-stream wait through CUDA, which this extension does not
+ *     load.  cupy.from_dlpack inside `with
+ *     cupy.cuda.ExternalStream(ctx.stream):` passes XLA's stream.
+ *   - sub-byte types (int4, ...) are refused: their staging unpacks on the
+ *     host, which device memory does not allow.
  */
 #define NO_IMPORT_ARRAY
 #define PY_ARRAY_UNIQUE_SYMBOL hcb_ARRAY_API
 #define NPY_NO_DEPRECATED_API  NPY_2_0_API_VERSION
 #define NPY_TARGET_VERSION     NPY_2_0_API_VERSION
 #include "hcbpy.h"
+#include "hcb/ffi.h"
 
 #include <numpy/arrayobject.h>
 #include <string.h>
@@ -45,7 +70,32 @@ typedef struct {
      * when the callback returns (buffer_release); else `staging` is NULL. */
     void *staging;
     hcb_array xla;
+    /* Strong or NULL: the memory's owner of a Buffer made by _test_view. */
+    PyObject *base;
 } buffer_object;
+
+/* Whether the Buffer's memory is a CUDA device's. */
+static int
+on_cuda(const buffer_object *b)
+{
+    return HCB_DEVICE_PLATFORM(b->device) == HCB_PLATFORM_CUDA;
+}
+
+/* Raises `exc` saying that a host access (`what`) of a GPU Buffer cannot
+ * be, and what to use instead; returns NULL. */
+static PyObject *
+refuse_host_access(const buffer_object *b, PyObject *exc, const char *what)
+{
+    PyErr_Format(exc,
+                 "%s: this Buffer is in GPU memory (CUDA device %d), which "
+                 "the host cannot read or write.  Use it on the GPU: "
+                 "cupy.asarray(buf) (__cuda_array_interface__) or "
+                 "cupy.from_dlpack(buf) inside `with "
+                 "cupy.cuda.ExternalStream(ctx.stream):`, and enqueue the "
+                 "work on ctx.stream (XLA's stream)",
+                 what, (int)HCB_DEVICE_ORDINAL(b->device));
+    return NULL;
+}
 
 static int
 check_valid(buffer_object *b)
@@ -55,8 +105,9 @@ check_valid(buffer_object *b)
     PyErr_SetString(PyExc_RuntimeError,
                     "this Buffer belongs to a buffer_callback that has "
                     "returned: XLA's memory behind it is no longer valid. "
-                    "Copy the data (numpy.array(buf)) inside the callback "
-                    "to keep it.");
+                    "Copy the data inside the callback to keep it "
+                    "(numpy.array(buf), or cupy.array(buf) for a GPU "
+                    "buffer).");
     return -1;
 }
 
@@ -66,6 +117,7 @@ buffer_dealloc(PyObject *self)
     PyTypeObject *tp = Py_TYPE(self);
 
     Py_XDECREF(((buffer_object *)self)->descr);
+    Py_XDECREF(((buffer_object *)self)->base);
     PyMem_RawFree(((buffer_object *)self)->staging);
     tp->tp_free(self);
     Py_DECREF(tp);
@@ -99,15 +151,37 @@ buffer_dtype(PyObject *self, void *closure)
     return (PyObject *)((buffer_object *)self)->descr;
 }
 
+/* __cuda_array_interface__ (version 3) of a CUDA Buffer: shape, typestr,
+ * data = (pointer, read-only), strides None (C order); no "stream" key (the
+ * file's comment says why).  An AttributeError for a CPU Buffer, so that
+ * hasattr() tells a GPU buffer from a host one. */
 static PyObject *
 buffer_cuda_interface(PyObject *self, void *closure)
 {
-    (void)self;
+    buffer_object *b = (buffer_object *)self;
+    PyObject *shape, *typestr, *r;
+
     (void)closure;
-    PyErr_SetString(PyExc_AttributeError,
-                    "__cuda_array_interface__: this Buffer is in host (CPU) "
-                    "memory; use numpy.asarray or __dlpack__");
-    return NULL;
+    if (!on_cuda(b)) {
+        PyErr_SetString(PyExc_AttributeError,
+                        "__cuda_array_interface__: this Buffer is in host "
+                        "(CPU) memory; use numpy.asarray or __dlpack__");
+        return NULL;
+    }
+    if (check_valid(b) < 0)
+        return NULL;
+    shape = buffer_shape(self, NULL);
+    typestr = PyObject_GetAttrString((PyObject *)b->descr, "str");
+    r = shape != NULL && typestr != NULL
+            ? Py_BuildValue("{sOsOs(NO)sOsi}", "shape", shape, "typestr",
+                            typestr, "data",
+                            PyLong_FromVoidPtr(b->nbytes > 0 ? b->data : NULL),
+                            b->readonly ? Py_True : Py_False, "strides",
+                            Py_None, "version", 3)
+            : NULL;
+    Py_XDECREF(shape);
+    Py_XDECREF(typestr);
+    return r;
 }
 
 /* __array__(dtype=None, copy=None): a numpy view (no copy) of the buffer. */
@@ -122,6 +196,8 @@ buffer_array(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:__array__", kwlist,
                                      &dtype, &copy))
         return NULL;
+    if (on_cuda(b))
+        return refuse_host_access(b, PyExc_TypeError, "__array__");
     if (check_valid(b) < 0)
         return NULL;
     arr = hcb_py_array_view((PyObject *)b->descr, b->ndim,
@@ -190,6 +266,10 @@ buffer_getbuffer(PyObject *self, Py_buffer *view, int flags)
     buffer_object *b = (buffer_object *)self;
     const char *format = pep3118_format(b->descr);
 
+    if (on_cuda(b)) {
+        refuse_host_access(b, PyExc_BufferError, "the buffer protocol");
+        return -1;
+    }
     if (check_valid(b) < 0)
         return -1;
     if (format == NULL) {
@@ -226,9 +306,24 @@ buffer_getbuffer(PyObject *self, Py_buffer *view, int flags)
 /* ---- DLPack (the stable ABI, defined here) ------------------------------- */
 
 typedef struct {
-    int32_t device_type; /* kDLCPU = 1 */
+    int32_t device_type; /* kDLCPU = 1, kDLCUDA = 2 */
     int32_t device_id;
 } dl_device;
+
+enum { DL_CPU = 1, DL_CUDA = 2 };
+
+/* The DLPack device of a Buffer: (kDLCUDA, ordinal) or (kDLCPU, 0). */
+static dl_device
+dl_device_of(const buffer_object *b)
+{
+    dl_device d = {DL_CPU, 0};
+
+    if (on_cuda(b)) {
+        d.device_type = DL_CUDA;
+        d.device_id = HCB_DEVICE_ORDINAL(b->device);
+    }
+    return d;
+}
 
 typedef struct {
     uint8_t code; /* 0 int, 1 uint, 2 float, 4 bfloat, 5 complex, 6 bool */
@@ -368,9 +463,75 @@ dl_type_of(const PyArray_Descr *d, dl_data_type *out)
     return 0;
 }
 
+/* Whether `dl_device` (None or a (type, id) tuple) is the Buffer's own
+ * device: 0, or -1 with BufferError (a Buffer cannot copy to another). */
+static int
+check_dl_device(const buffer_object *b, PyObject *want)
+{
+    dl_device d = dl_device_of(b);
+    int type, id;
+
+    if (want == Py_None)
+        return 0;
+    if (!PyTuple_Check(want) ||
+        !PyArg_ParseTuple(want, "ii;dl_device must be (type, id)", &type,
+                          &id)) {
+        PyErr_Format(PyExc_TypeError,
+                     "__dlpack__: dl_device must be None or a (device type, "
+                     "device id) tuple, got %R",
+                     want);
+        return -1;
+    }
+    if (type == d.device_type && id == d.device_id)
+        return 0;
+    PyErr_Format(PyExc_BufferError,
+                 "__dlpack__: dl_device=(%d, %d) asks for a copy to another "
+                 "device; this Buffer is on (%d, %d) and only exports its "
+                 "own memory",
+                 type, id, (int)d.device_type, (int)d.device_id);
+    return -1;
+}
+
+/* The DLPack `stream` rule for a CUDA Buffer: the consumer names the stream
+ * it will use, and the producer must make the data safe there.  The data
+ * is safe on XLA's stream alone (the file's comment says why), so XLA's
+ * stream and -1 (the consumer asks for no synchronisation) pass, and so
+ * does None: the protocol reads it as the legacy default stream, but
+ * consumers that predate the argument call __dlpack__() without one, as
+ * they use a CAI without a "stream" key.  Another stream raises.  Outside
+ * a CUDA call target hcb_call_stream() is NULL and nothing is checked. */
+static int
+check_dl_stream(const buffer_object *b, PyObject *stream)
+{
+    uintptr_t xla = (uintptr_t)hcb_call_stream();
+    long long s;
+
+    if (!on_cuda(b) || stream == Py_None)
+        return 0;
+    s = PyLong_AsLongLong(stream);
+    if (s == -1 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_TypeError,
+                     "__dlpack__: stream must be None or an int, got %R",
+                     stream);
+        return -1;
+    }
+    if (s == -1 || xla == 0 || (uintptr_t)s == xla)
+        return 0;
+    PyErr_Format(PyExc_BufferError,
+                 "__dlpack__(stream=%lld): this Buffer's data is ready on "
+                 "XLA's stream (0x%llx, ctx.stream) only, and it does not "
+                 "synchronise other streams.  Import it on XLA's stream, "
+                 "e.g. `with cupy.cuda.ExternalStream(ctx.stream): "
+                 "x = cupy.from_dlpack(buf)`, or pass stream=-1 if you "
+                 "synchronise yourself",
+                 s, (unsigned long long)xla);
+    return -1;
+}
+
 /* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None):
  * a "dltensor_versioned" capsule (DLPack 1.0, inputs flagged read-only) when
- * max_version admits it, else a legacy "dltensor" one. */
+ * max_version admits it, else a legacy "dltensor" one, of the Buffer's own
+ * memory on its own device (kDLCPU or kDLCUDA). */
 static PyObject *
 buffer_dlpack(PyObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -387,7 +548,8 @@ buffer_dlpack(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOO:__dlpack__", kwlist,
                                      &stream, &max_version, &dev, &copy))
         return NULL;
-    if (check_valid(b) < 0)
+    if (check_valid(b) < 0 || check_dl_device(b, dev) < 0 ||
+        check_dl_stream(b, stream) < 0)
         return NULL;
     if (copy != Py_None && PyObject_IsTrue(copy) == 1) {
         PyErr_SetString(PyExc_BufferError,
@@ -411,8 +573,7 @@ buffer_dlpack(PyObject *self, PyObject *args, PyObject *kwargs)
     for (i = 0; i < b->ndim; i++)
         h->shape[i] = (int64_t)b->shape[i];
     t->data = b->data;
-    t->device.device_type = 1; /* kDLCPU */
-    t->device.device_id = 0;
+    t->device = dl_device_of(b);
     t->ndim = b->ndim;
     t->shape = h->shape;
     t->strides = NULL; /* row-major */
@@ -440,9 +601,10 @@ buffer_dlpack(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 buffer_dlpack_device(PyObject *self, PyObject *unused)
 {
-    (void)self;
+    dl_device d = dl_device_of((buffer_object *)self);
+
     (void)unused;
-    return Py_BuildValue("(ii)", 1, 0); /* (kDLCPU, 0) */
+    return Py_BuildValue("(ii)", (int)d.device_type, (int)d.device_id);
 }
 
 static PyObject *
@@ -453,19 +615,58 @@ buffer_repr(PyObject *self)
 
     if (shape == NULL)
         return NULL;
-    r = PyUnicode_FromFormat(
-        "Buffer(shape=%R, dtype=%S%s%s)", shape, (PyObject *)b->descr,
-        b->readonly ? ", read-only" : "",
-        b->data == NULL && b->nbytes > 0 ? ", released" : "");
+    if (on_cuda(b))
+        r = PyUnicode_FromFormat(
+            "Buffer(shape=%R, dtype=%S, device=cuda:%d%s%s)", shape,
+            (PyObject *)b->descr, (int)HCB_DEVICE_ORDINAL(b->device),
+            b->readonly ? ", read-only" : "",
+            b->data == NULL && b->nbytes > 0 ? ", released" : "");
+    else
+        r = PyUnicode_FromFormat(
+            "Buffer(shape=%R, dtype=%S%s%s)", shape, (PyObject *)b->descr,
+            b->readonly ? ", read-only" : "",
+            b->data == NULL && b->nbytes > 0 ? ", released" : "");
     Py_DECREF(shape);
     return r;
+}
+
+static PyObject *buffer_new(hcb_state *st, const hcb_array *a,
+                            hcb_device device, int readonly);
+
+/* Buffer._test_view(array, device_key, writable): see its docstring. */
+static PyObject *
+buffer_test_view(PyObject *cls, PyObject *args)
+{
+    hcb_state *st = PyType_GetModuleState((PyTypeObject *)cls);
+    PyObject *array, *seq, *keep = NULL, *b = NULL;
+    long long device;
+    int writable;
+    hcb_array view;
+
+    if (st == NULL ||
+        !PyArg_ParseTuple(args, "OLp:_test_view", &array, &device, &writable))
+        return NULL;
+    seq = PyTuple_Pack(1, array);
+    if (seq != NULL &&
+        hcb_py_views_of(st, seq, &view, &keep, 1, writable) == 1) {
+        b = buffer_new(st, &view, (hcb_device)device, !writable);
+        if (b != NULL) {
+            ((buffer_object *)b)->base = keep;
+            keep = NULL;
+        }
+    }
+    Py_XDECREF(keep);
+    Py_XDECREF(seq);
+    return b;
 }
 
 static PyGetSetDef buffer_getset[] = {
     {"shape", buffer_shape, NULL, "The shape, a tuple of ints.", NULL},
     {"dtype", buffer_dtype, NULL, "The numpy dtype.", NULL},
     {"__cuda_array_interface__", buffer_cuda_interface, NULL,
-     "Only for GPU buffers.", NULL},
+     "The CUDA Array Interface (version 3) of a GPU buffer; AttributeError "
+     "for a CPU one.",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -477,7 +678,14 @@ static PyMethodDef buffer_methods[] = {
      "A DLPack capsule viewing the buffer (DLPack 1.0 when max_version "
      "admits it: outputs writable, inputs read-only)."},
     {"__dlpack_device__", buffer_dlpack_device, METH_NOARGS,
-     "(device type, device id) of the buffer: (kDLCPU, 0)."},
+     "(device type, device id) of the buffer: (kDLCPU, 0) or (kDLCUDA, "
+     "ordinal)."},
+    {"_test_view", (PyCFunction)(void (*)(void))buffer_test_view,
+     METH_VARARGS | METH_CLASS,
+     "_test_view(array, device_key, writable) -> Buffer.  For tests only: "
+     "a Buffer over a C-contiguous numpy array's memory that says it is on "
+     "`device_key`, so that what a CUDA Buffer shows Python (which needs no "
+     "CUDA call) is tested without a GPU.  Never invalidated."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -516,6 +724,17 @@ buffer_new(hcb_state *st, const hcb_array *a, hcb_device device, int readonly)
 
     if (descr == NULL)
         return NULL;
+    if (HCB_DEVICE_PLATFORM(device) == HCB_PLATFORM_CUDA &&
+        hcb_py_packed(a->dtype)) {
+        /* Unpacking would read device memory on the host. */
+        PyErr_Format(PyExc_TypeError,
+                     "buffer_callback on GPU: %S arrays are packed (several "
+                     "elements per byte) and cannot be unpacked on the host "
+                     "from GPU memory; convert them to a whole-byte type "
+                     "(e.g. int8) before the callback",
+                     descr);
+        return NULL;
+    }
     b = PyObject_New(buffer_object, st->buffer_type);
     if (b == NULL)
         return NULL;
@@ -528,6 +747,7 @@ buffer_new(hcb_state *st, const hcb_array *a, hcb_device device, int readonly)
     b->device = device;
     b->staging = NULL;
     b->xla = *a;
+    b->base = NULL;
     stride = hcb_py_packed(a->dtype) ? 1 : (Py_ssize_t)hcb_dtype_size(a->dtype);
     for (i = a->rank - 1; i >= 0; i--) {
         b->shape[i] = (Py_ssize_t)a->dims[i];

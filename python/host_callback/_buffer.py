@@ -1,12 +1,14 @@
 """``buffer_callback``: host callbacks that work in place on XLA's buffers.
 
-Lowers to the same ``hcb_call`` custom call as ``call`` (src/ffi/handlers.h),
-with the result buffers aliased to operands where ``input_output_aliases``
-says so.  The C target (python/_hcb/buffer.c) hands the callback
-:class:`Buffer` objects that point at XLA's memory -- no copy in either
-direction -- and invalidates them when the callback returns.  A
-:class:`NativeCallback` is a C function instead: it runs with no Python at
-all.
+Lowers to the ``hcb_buffer_call`` custom call (src/ffi/handlers.h): a call
+whose target works in place on the device's buffers (on CPU the same
+handler as ``call``'s ``hcb_call``; on CUDA it gets device pointers and
+XLA's stream), with the result buffers aliased to operands where
+``input_output_aliases`` says so.  The C target (python/_hcb/buffer.c)
+hands the callback :class:`Buffer` objects that point at XLA's memory -- no
+copy in either direction -- and invalidates them when the callback
+returns.  A :class:`NativeCallback` is a C function instead: it runs with
+no Python at all.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ class ExecutionStage(enum.IntEnum):
 
 
 class ExecutionContext:
-  """What a buffer callback knows about the call: the ``device`` running it
-  and the ``stage`` (always ``EXECUTE`` here)."""
+  """What a buffer callback knows about the call: the ``device`` running it,
+  the ``stage`` (always ``EXECUTE`` here) and, on a GPU, XLA's ``stream``."""
 
   __slots__ = ("device", "stage")
 
@@ -56,9 +58,22 @@ class ExecutionContext:
 
   @property
   def stream(self) -> int:
-    """The device stream; CPU computations have none: raises
-    ``jax.errors.JaxRuntimeError`` ("UNIMPLEMENTED: XLA FFI GPU context is
-    not available"), as JAX's own ``ExecutionContext.stream`` does."""
+    """XLA's CUDA stream (a ``cudaStream_t`` as an int) on which the
+    computation runs, as JAX's ``ExecutionContext.stream`` gives it: enqueue
+    the callback's GPU work on it (``cupy.cuda.ExternalStream(ctx.stream)``)
+    so that it reads the inputs after XLA wrote them and XLA reads the
+    results after it wrote them.  Valid only while the callback runs.  CPU
+    computations have none: raises ``jax.errors.JaxRuntimeError``
+    ("UNIMPLEMENTED: XLA FFI GPU context is not available"), as JAX's
+    does."""
+    if self.device.platform == "gpu":
+      stream = _hcb.call_stream()
+      if stream:
+        return stream
+      raise jax.errors.JaxRuntimeError(
+          "FAILED_PRECONDITION: ExecutionContext.stream is XLA's stream "
+          f"during the buffer callback on {self.device} only; read it inside "
+          "the callback, on the thread that runs it")
     raise jax.errors.JaxRuntimeError(
         "UNIMPLEMENTED: XLA FFI GPU context is not available "
         f"(ExecutionContext.stream: {self.device} is a CPU device, which has "
@@ -101,9 +116,11 @@ def _lowering_rule(ctx: mlir.LoweringRuleContext, *args: Any,
                    site: BufferSite | NativeCallback, flavor: CallbackFlavor,
                    input_output_aliases: tuple[tuple[int, int], ...],
                    **params: Any) -> Any:
-  del params  # command_buffer_compatible: no command buffers on CPU
+  # command_buffer_compatible: a trait of the registered handler, not of
+  # one call; hcb_buffer_call's is the same for every buffer callback.
+  del params
   return _lowering.lower(
-      ctx, "hcb_call", args, what="buffer_callback",
+      ctx, "hcb_buffer_call", args, what="buffer_callback",
       has_side_effect=flavor is not CallbackFlavor.PURE, device_index=0,
       operand_output_aliases=dict(input_output_aliases),
       callback_id=np.uint64(_runtime.lowered_site_id(ctx, site)))
@@ -142,7 +159,7 @@ def _batching_rule(args: Sequence[Any], dims: Sequence[Any], *,
 
 buffer_callback_p.def_impl(_impl)
 buffer_callback_p.def_abstract_eval(_abstract_eval)
-mlir.register_lowering(buffer_callback_p, _lowering_rule, platform="cpu")
+_lowering.register_lowering(buffer_callback_p, _lowering_rule)
 ad.primitive_jvps[buffer_callback_p] = _jvp
 ad.primitive_transposes[buffer_callback_p] = _transpose
 batching.primitive_batchers[buffer_callback_p] = _batching_rule
@@ -189,6 +206,14 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
   ``numpy.asarray(buf)`` is a view, not a copy, and a Buffer kept after the
   callback returns raises on use.  The callback must return ``None``.
 
+  On a GPU the Buffers are device memory: ``cupy.asarray(buf)``
+  (``__cuda_array_interface__``) or ``cupy.from_dlpack(buf)`` view them,
+  and host access (``numpy.asarray``, ``memoryview``) raises.  The
+  callback runs while XLA enqueues the computation, not after the device
+  reached it: do the work on ``ctx.stream`` (``with
+  cupy.cuda.ExternalStream(ctx.stream):``), never on another stream.
+  Sub-byte types (``int4``, ...) are refused on GPU.
+
   Args:
     callback: the Python function, or a C function from
       :func:`native_call`.
@@ -198,8 +223,8 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
     vmap_method: as for ``jax.pure_callback`` (``None``: vmap raises).
     input_output_aliases: ``{input index: output index}`` of flattened
       arguments and results that share a buffer.
-    command_buffer_compatible: accepted for compatibility; CPU has no
-      command buffers, so it changes nothing here.
+    command_buffer_compatible: accepted for compatibility; it changes
+      nothing here (the callback runs at every execution).
 
   Returns:
     A function of arrays (pytrees) that returns the results as JAX arrays.

@@ -6,7 +6,9 @@ whose operands are the flattened argument and whose results are the flattened
 waits: the C target (python/_hcb/call.c) takes the GIL, calls the function
 with numpy copies of the operands, checks the result against
 ``result_shape`` and copies it into XLA's result buffers.  Nothing else runs
-in Python per call.
+in Python per call.  A call of a :func:`native_call` function lowers to
+``hcb_buffer_call`` instead: its C function works in place on the device's
+buffers (on CUDA, no staging through host memory).
 """
 
 from __future__ import annotations
@@ -59,8 +61,9 @@ def _call_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
                    site: CallSite, device_index: int, flavor: CallbackFlavor,
                    vmap_method: str | None, api: str) -> Any:
   del vmap_method, api
+  target = _lowering.call_target(isinstance(site.func, NativeCallback))
   return _lowering.lower(
-      ctx, "hcb_call", args, what="call",
+      ctx, target, args, what="call",
       has_side_effect=flavor is not CallbackFlavor.PURE,
       device_index=device_index,
       callback_id=np.uint64(_runtime.lowered_site_id(ctx, site)))
@@ -131,7 +134,7 @@ def _call_batching(args: Sequence[Any], dims: Sequence[Any], *,
 
 call_p.def_impl(_call_impl)
 call_p.def_abstract_eval(_call_abstract_eval)
-mlir.register_lowering(call_p, _call_lowering, platform="cpu")
+_lowering.register_lowering(call_p, _call_lowering)
 ad.primitive_jvps[call_p] = _call_jvp
 ad.primitive_transposes[call_p] = _call_transpose
 batching.primitive_batchers[call_p] = _call_batching

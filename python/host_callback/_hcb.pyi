@@ -12,7 +12,7 @@ and print options by name (a site's once, at registration).
 """
 
 from collections.abc import Callable, Sequence
-from typing import Any, Final, NoReturn, final
+from typing import Any, Final, final
 
 import jax
 import numpy as np
@@ -67,26 +67,35 @@ class Buffer:
   def shape(self) -> tuple[int, ...]: ...
   @property
   def dtype(self) -> np.dtype[Any]: ...
-  # Always raises AttributeError: the buffer is in host (CPU) memory.
+  # A GPU buffer's CUDA Array Interface (version 3: shape, typestr,
+  # data=(pointer, read-only), strides None, no "stream" key); raises
+  # AttributeError for a CPU buffer.
   @property
-  def __cuda_array_interface__(self) -> NoReturn: ...
+  def __cuda_array_interface__(self) -> dict[str, Any]: ...
   def __array__(self, dtype: npt.DTypeLike | None = None,
                 copy: bool | None = None) -> npt.NDArray[Any]:
     """A numpy view of the buffer (no copy), or a copy with ``dtype`` or
-    ``copy=True``."""
+    ``copy=True``; ``TypeError`` for a GPU buffer (device memory)."""
   def __dlpack__(self, *, stream: object = None,
                  max_version: tuple[int, int] | None = None,
                  dl_device: tuple[int, int] | None = None,
                  copy: bool | None = None) -> CapsuleType:
-    """A DLPack capsule viewing the buffer; ``copy=True`` raises
-    ``BufferError``."""
+    """A DLPack capsule viewing the buffer on its own device; ``copy=True``,
+    another ``dl_device`` and, for a GPU buffer, a ``stream`` other than
+    None, -1 or XLA's raise ``BufferError``."""
   def __dlpack_device__(self) -> tuple[int, int]:
-    """(device type, device id): (1, 0), kDLCPU."""
+    """(device type, device id): (1, 0), kDLCPU, or (2, ordinal),
+    kDLCUDA, for a GPU buffer."""
   # The buffer protocol (PEP 3118; memoryview(buf)): zero-copy for the
   # dtypes with a format code, BufferError for the others (bfloat16,
-  # float8) and for writable views of inputs.  Python exposes the method
-  # itself from 3.12.
+  # float8), for writable views of inputs and for GPU buffers.  Python
+  # exposes the method itself from 3.12.
   def __buffer__(self, flags: int, /) -> memoryview: ...
+  @classmethod
+  def _test_view(cls, array: npt.NDArray[Any], device_key: int,
+                 writable: bool, /) -> Buffer:
+    """For tests only: a Buffer over ``array``'s memory that says it is on
+    ``device_key`` (never invalidated)."""
 
 def configure(dtypes: tuple[np.dtype[Any] | None, ...],
               device_lookup: Callable[[int], jax.Device],

@@ -1,5 +1,17 @@
-"""The custom calls that ``hcb_tap`` and ``hcb_call`` lower to, and which
-devices run them.
+"""The custom calls that host_callback's primitives lower to, on which
+platforms, and which devices run them.
+
+Targets (the same names on every platform; src/ffi/): ``hcb_tap`` for taps
+and prints, ``hcb_call`` for a Python ``call`` (on CUDA it stages operands
+and results through host memory), ``hcb_buffer_call`` for a call whose
+target works in place on the device's buffers (``buffer_callback``, and
+``call`` of a :func:`native_call`; on CPU the same handler as
+``hcb_call``).
+
+Platforms: every primitive has one lowering rule, registered for each of
+:data:`PLATFORMS` by :func:`register_lowering`.  The rule does not depend
+on the platform, except where the callback goes through JAX's Python
+callback (below): the device key it hands the runtime names the platform.
 
 - Single-device programs and ``pmap``: every device runs the custom call on
   its own values; no annotation.
@@ -18,7 +30,7 @@ devices run them.
 
 from __future__ import annotations
 
-from typing import Any, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 import jax
 import numpy as np
@@ -30,6 +42,48 @@ from host_callback import _hcb
 from host_callback import _jax
 from host_callback import _order
 from host_callback import _runtime
+
+# The platforms (as JAX's lowering names them) host_callback lowers for.
+PLATFORMS = ("cpu", "cuda")
+
+# The device key's platform of each (HCB_PLATFORM_* in include/hcb/hcb.h).
+_PLATFORM_CODES = {"cpu": _hcb.PLATFORM_CPU, "cuda": _hcb.PLATFORM_CUDA}
+
+
+def register_lowering(prim: Any, rule: Callable[..., Any]) -> None:
+  """Registers ``rule`` as the lowering of ``prim`` on every platform of
+  :data:`PLATFORMS`.
+
+  Each platform gets a rule object of its own: when one program is lowered
+  for several platforms at once, JAX then emits the rule once per platform
+  (in a ``case`` over the platform index), each time with that platform
+  alone in ``ctx.platforms``, which :func:`_platform` reads.  (One shared
+  rule object would be emitted once, for all platforms together.)"""
+  for platform in PLATFORMS:
+    def platform_rule(ctx: mlir.LoweringRuleContext, *args: Any,
+                      **params: Any) -> Any:
+      return rule(ctx, *args, **params)
+    platform_rule.__name__ = f"{getattr(rule, '__name__', 'rule')}_{platform}"
+    mlir.register_lowering(prim, platform_rule, platform=platform)
+
+
+def _platform(ctx: mlir.LoweringRuleContext) -> str:
+  """The one platform this rule is being lowered for: the context's own
+  (one branch of a multi-platform lowering), else the module's."""
+  platforms = tuple(getattr(ctx, "platforms", None)
+                    or ctx.module_context.platforms)
+  if len(platforms) != 1 or platforms[0] not in _PLATFORM_CODES:
+    raise NotImplementedError(
+        f"host_callback: cannot lower for platforms {platforms}; it lowers "
+        f"for one of {PLATFORMS} at a time")
+  return platforms[0]
+
+
+def call_target(native: bool) -> str:
+  """The custom-call target of a call: ``hcb_buffer_call`` for one whose
+  function works in place on the device's buffers (a C function), else
+  ``hcb_call``."""
+  return "hcb_buffer_call" if native else "hcb_call"
 
 
 def _sharded_devices(ctx: mlir.LoweringRuleContext) -> int:
@@ -64,10 +118,23 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
     raise ValueError(
         f"host_callback {what}: device_index={device_index} is out of range "
         f"for a computation on {ndevices} devices")
+  if target == "hcb_buffer_call" and _platform(ctx) != "cpu":
+    # JAX's Python callback hands the function host copies, not the
+    # device's buffers that a buffer callback or a native call works on.
+    raise NotImplementedError(
+        f"host_callback {what}: a function that works in place on GPU "
+        f"buffers cannot run under jit over operands sharded across "
+        f"{ndevices} devices (JAX's callback would give it host copies); "
+        "call it inside jax.shard_map, where each device runs it on its "
+        "own buffers")
   i32 = ShapedArray((), np.int32)
   ordinal = jax.ffi.build_ffi_lowering_function("hcb_device_ordinal")(
       ctx.replace(avals_in=(), avals_out=(i32,))).results
   callback_id = int(callback_id)
+  # hcb_device_ordinal gives the device's ordinal on its platform (a CUDA
+  # device's local hardware id); the runtime's device key also names the
+  # platform (HCB_DEVICE in include/hcb/hcb.h).
+  platform_bits = _PLATFORM_CODES[_platform(ctx)] << 32
   out_avals = ctx.avals_out
   # No custom call carries the id here: JAX keeps run_on_device with the
   # runtime executable, so holding the site's registration in it keeps the
@@ -76,7 +143,7 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
 
   def run_on_device(device_ordinal: Any, *arrays: Any,
                     _holds: Any = registration) -> Sequence[Any]:
-    key = int(device_ordinal)  # a CPU device key is its ordinal
+    key = platform_bits | int(device_ordinal)
     if target == "hcb_tap":
       try:
         _hcb.submit_tap(callback_id, key, arrays[:int(ntapped)])

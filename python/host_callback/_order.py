@@ -49,7 +49,7 @@ from jax.interpreters import mlir
 
 from host_callback import _jax
 
-ORDERED_TARGETS = frozenset({"hcb_tap", "hcb_call"})
+ORDERED_TARGETS = frozenset({"hcb_tap", "hcb_call", "hcb_buffer_call"})
 
 
 class _Pending(threading.local):

@@ -274,7 +274,8 @@ class Printer:
     split = pairs.index("device: ") + 1 if site.with_device else len(pairs)
     before = " ".join(pairs[:split])
     after = "".join(" " + p for p in pairs[split:])
-    devices = {_runtime.device_key(d): str(d) for d in jax.devices("cpu")}
+    devices = {_runtime.device_key(d): str(d)
+               for d in _runtime.keyed_devices()}
     assert self.options is not None
     assert not isinstance(self.output_stream, logging.Logger)
     return _hcb.register_print(site=site, name="id_print", nodes=nodes,

@@ -14,7 +14,7 @@ something can still call them).  Two things hold a Python site's id:
   takes a hold, destroying the executable drops it).  XLA keeps an
   executable alive while a computation of it runs and while JAX's C++
   dispatch cache holds it, so no computation can reach a site with no
-  hold;
+  hold.  (On CPU; the CUDA handlers count no holds: see below);
 - Python: the site's :class:`_Registration`, which :func:`lowered_site_id`
   makes a keepalive of each lowering (JAX keeps it with the lowering caches
   and the executable's Python object).  It covers what the holds do not:
@@ -32,12 +32,20 @@ does that as soon as it can, and ``barrier_wait`` does it for what was
 retired before it.  A record or call that still reached a released id would
 be an error naming the function, never a call to freed memory.  Native (C)
 targets are kept for the process: they hold no Python.
+
+On CUDA no hold counts the executables (python/_hcb/module.c), and a GPU
+computation can still be running, its taps not yet queued, when its
+executable's Python object and so the registration are gone.  So where
+JAX has CUDA devices a retired id is released only after the CUDA devices
+have finished every computation dispatched before (the probes of
+:func:`_wait_for_devices`) and the records they issued are delivered.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import importlib.util
 import logging
 import os
 import re
@@ -61,6 +69,7 @@ from host_callback._types import CallbackException
 logger = logging.getLogger("host_callback")
 
 _PLATFORM_CPU = _hcb.PLATFORM_CPU
+_PLATFORM_CUDA = _hcb.PLATFORM_CUDA
 
 
 class Transforms(tuple):
@@ -228,8 +237,22 @@ def inline_device(device_index: int, what: str) -> jax.Device:
 
 
 def device_key(device: jax.Device) -> int:
-  """The runtime's key of a CPU device (HCB_DEVICE in include/hcb/hcb.h)."""
-  return (_PLATFORM_CPU << 32) | device.id
+  """The runtime's key of a CPU or local CUDA device (HCB_DEVICE in
+  include/hcb/hcb.h): the platform in the high 32 bits, the ordinal that
+  XLA's FFI gives the handlers in the low ones (a CPU device's id, a CUDA
+  device's process-local hardware id)."""
+  if device.platform == "cpu":
+    return (_PLATFORM_CPU << 32) | device.id
+  if device.platform == "gpu" and device.local_hardware_id is not None:
+    return (_PLATFORM_CUDA << 32) | device.local_hardware_id
+  raise ValueError(f"host_callback: {device} is neither a CPU device nor a "
+                   "CUDA device of this process")
+
+
+def keyed_devices() -> list[jax.Device]:
+  """The devices whose callbacks reach this process's runtime: the CPU
+  devices and the local CUDA devices (once the runtime has started)."""
+  return [*jax.devices("cpu"), *_state.cuda_devices]
 
 
 def _device_for_key(key: int) -> jax.Device:
@@ -240,7 +263,21 @@ def _device_for_key(key: int) -> jax.Device:
     for dev in jax.devices("cpu"):
       if dev.id == ordinal:
         return dev
+  if platform == _PLATFORM_CUDA:
+    for dev in _local_cuda_devices():
+      if dev.local_hardware_id == ordinal:
+        return dev
   raise LookupError(f"no JAX device for platform {platform} ordinal {ordinal}")
+
+
+def _local_cuda_devices() -> list[jax.Device]:
+  """This process's CUDA devices; none when JAX has no CUDA backend (no
+  plugin, a plugin that failed to initialise, ``JAX_PLATFORMS`` without
+  it).  Initialises JAX's backends if they are not yet."""
+  try:
+    return list(jax.local_devices(backend="cuda"))
+  except RuntimeError:  # "Unknown backend", "Backend 'cuda' failed ..."
+    return []
 
 
 class _Registration:
@@ -287,6 +324,8 @@ class _State:
         collections.deque())
     self.release_thread: threading.Thread | None = None
     self.handlers_registered = False
+    # The local CUDA devices, when the handlers are registered for CUDA.
+    self.cuda_devices: list[jax.Device] = []
     self.atexit_registered = False
     self.exiting = False
     self.probe_compiled = False  # _touch, on every device (_before_fork)
@@ -400,11 +439,57 @@ _hcb.cuda_set_pinned_bytes(_config.CUDA_PINNED_BYTES)
 def _register_handlers() -> None:
   """Registers the C FFI handlers with XLA (once per process), and the type
   of the state by which the custom calls that carry a callback id count the
-  live executables that embed it (python/_hcb/lifetime.c)."""
+  live executables that embed it (python/_hcb/lifetime.c): for CPU, and
+  for CUDA when JAX has a CUDA backend."""
   jax.ffi.register_ffi_type("hcb_target_hold", _hcb.hold_type(),
                             platform="cpu")
-  for name, capsule in _hcb.ffi_handlers().items():
-    jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+  for name, handler in _hcb.ffi_handlers("cpu").items():
+    jax.ffi.register_ffi_target(name, handler, platform="cpu")
+  # Whether JAX has a CUDA backend is known for sure only once its backends
+  # are initialised (a plugin can be installed and fail to initialise, or
+  # be left out by JAX_PLATFORMS); ensure_started initialises them anyway.
+  cuda_devices = _local_cuda_devices()
+  if cuda_devices:
+    _register_cuda_handlers()
+  _state.cuda_devices = cuda_devices
+
+
+def _cudart_path() -> str | None:
+  """The CUDA runtime library of the NVIDIA wheels that JAX's CUDA plugin
+  depends on (``nvidia-cuda-runtime``: ``nvidia/cu13/lib/libcudart.so.13``
+  for CUDA 13, ``nvidia/cuda_runtime/lib/libcudart.so.12`` for CUDA 12;
+  the plugin's own CUDA version first), or None when neither is
+  installed."""
+  candidates = [("nvidia.cu13", "libcudart.so.13"),
+                ("nvidia.cuda_runtime", "libcudart.so.12")]
+  if importlib.util.find_spec("jax_cuda13_plugin") is None:
+    candidates.reverse()
+  for package, library in candidates:
+    try:
+      spec = importlib.util.find_spec(package)
+    except ImportError:  # no "nvidia" namespace package at all
+      continue
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+      path = os.path.join(folder, "lib", library)
+      if os.path.isfile(path):
+        return path
+  return None
+
+
+def _register_cuda_handlers() -> None:
+  """Registers the CUDA handlers.  libhcb finds the CUDA
+  runtime at run time (``_hcb.cuda_load``): the NVIDIA wheel's, else the
+  system's.  If it cannot load it now, the handlers are registered anyway:
+  they try again when first run, and fail with a clear error then."""
+  try:
+    _hcb.cuda_load(_cudart_path())
+  except Exception as e:  # pylint: disable=broad-except
+    logger.warning("host_callback: the CUDA runtime could not be loaded "
+                   "(%s); host callbacks on CUDA devices will fail", e)
+  # No hold type: the CUDA handlers count no holds (see the module's
+  # docstring).
+  for name, handler in _hcb.ffi_handlers("cuda").items():
+    jax.ffi.register_ffi_target(name, handler, platform="CUDA")
 
 
 def ensure_started() -> None:
@@ -511,7 +596,7 @@ def _retire(site_id: int) -> None:
   # operands) are thread-local, so take them now.
   from host_callback import _jax
   tokens = _jax.output_runtime_tokens()
-  if (not tokens and _hcb.holds(site_id) <= 0 and
+  if (not tokens and not _state.cuda_devices and _hcb.holds(site_id) <= 0 and
       _hcb.stats()["queued_records"] == 0):
     # Nothing can reach it any more, nothing for it waits to be delivered:
     # release it now, as the executable's own references go now.
@@ -574,9 +659,11 @@ def _release_loop() -> None:
     free, pending = _unheld(pending)
     if free:
       try:
-        # Free now: no computation of theirs runs, so all their records
-        # are queued; deliver them first.
+        # Free now: no computation of theirs runs (on CPU; on CUDA once
+        # the devices have finished what was dispatched before), so all
+        # their records are queued; deliver them first.
         _wait_for_tokens(free)
+        _wait_for_cuda_devices()
         if _hcb.stats()["queued_records"]:
           _hcb.barrier()
       except Exception:  # pylint: disable=broad-except
@@ -603,15 +690,11 @@ def _refuse_inside_tap(what: str) -> None:
         "the very thread that runs it. Call it from the main program.")
 
 
-def _dispatch_probes() -> list[jax.Array]:
-  """The probes of :func:`_wait_for_devices`: one on each local CPU device
-  and, with several, one over all of them -- except in a forked child,
-  where a computation over several devices never finishes (PJRT's CPU
-  client runs it on threads the child does not have), so the child has
-  none to wait for either."""
-  devices = jax.local_devices(backend="cpu")
+def _probes_on(devices: list[jax.Device]) -> list[jax.Array]:
+  """One probe computation on each of ``devices`` and, with several, one
+  over all of them."""
   pending = [_touch(jax.device_put(np.int32(0), d)) for d in devices]
-  if len(devices) > 1 and not _state.forked:
+  if len(devices) > 1:
     mesh = jax.sharding.Mesh(np.array(devices), ("d",))
     pending.append(_touch(jax.device_put(
         np.zeros(len(devices), np.int32),
@@ -619,12 +702,36 @@ def _dispatch_probes() -> list[jax.Array]:
   return pending
 
 
+def _dispatch_probes() -> list[jax.Array]:
+  """The probes of :func:`_wait_for_devices`, on the local CPU devices and
+  the local CUDA devices (:func:`_probes_on`) -- except in a forked child:
+  there a CPU computation over several devices never finishes (PJRT's CPU
+  client runs it on threads the child does not have), so the child has
+  none to wait for either, and the parent's CUDA context is unusable (a
+  CUDA device has no computation of the child's)."""
+  cpu = jax.local_devices(backend="cpu")
+  if _state.forked:
+    return [_touch(jax.device_put(np.int32(0), d)) for d in cpu]
+  return _probes_on(cpu) + (_probes_on(_state.cuda_devices)
+                            if _state.cuda_devices else [])
+
+
+def _wait_for_cuda_devices() -> None:
+  """Returns once the local CUDA devices have finished every computation
+  dispatched before the call (none to wait for without CUDA devices, or in
+  a forked child)."""
+  if _state.cuda_devices and not _state.forked:
+    for out in _probes_on(_state.cuda_devices):
+      out.block_until_ready()
+
+
 def _wait_for_devices() -> None:
   """Returns once every computation dispatched (by any thread) before the
-  call has finished on every local CPU device, so that each has issued all
-  of its callbacks: taps are then in the runtime's queues (which
-  ``_hcb.barrier`` drains), calls have run, and the taps that go through
-  JAX's Python callback (jit over sharded operands) have been submitted.
+  call has finished on every local device (CPU and CUDA), so that each has
+  issued all of its callbacks: taps are then in the runtime's queues
+  (which ``_hcb.barrier`` drains), calls have run, and the taps that go
+  through JAX's Python callback (jit over sharded operands) have been
+  submitted.
 
   It dispatches probe computations and waits for them.  What orders them
   after the computations dispatched earlier is how PJRT's CPU client
@@ -647,6 +754,15 @@ def _wait_for_devices() -> None:
   inputs or its turn -- the early returns of issue 16.)  Under
   ``jax.distributed`` the same holds for this process's part of a global
   computation; every process waits for its own devices.
+
+  On a CUDA device a computation runs on the device's compute stream
+  after everything launched there before it, its part of a multi-device
+  computation included; and a tap's record enters the runtime's queue
+  from a host function enqueued on that stream.  So when a CUDA device's
+  probe completes, every earlier host function on its stream has run and
+  every record is queued; its probes are made as the CPU's are (one per
+  device, one over all), which also covers a multi-device computation
+  that PJRT has not yet launched on every device.
   """
   for out in _dispatch_probes():
     out.block_until_ready()  # interruptible: jaxlib checks for Ctrl-C

@@ -132,7 +132,7 @@ def _tap_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any,
 
 tap_p.def_impl(_tap_impl)
 tap_p.def_effectful_abstract_eval(_tap_abstract_eval)
-mlir.register_lowering(tap_p, _tap_lowering, platform="cpu")
+_lowering.register_lowering(tap_p, _tap_lowering)
 batching.primitive_batchers[tap_p] = _tap_batching
 ad.primitive_jvps[tap_p] = _tap_jvp
 ad.primitive_transposes[tap_p] = _tap_transpose

@@ -69,3 +69,42 @@ def test_smoke_run_writes_results_and_plots(tmp_path):
 
   for name in ("per_step.png", "payload.png", "dispatch.png"):
     assert (tmp_path / name).read_bytes().startswith(b"\x89PNG"), name
+
+
+GPU_TARGETS = 6  # issue 18's five, the bandwidth one at 4 MiB and 64 MiB
+GPU_COUNT = re.compile(r"^(\d+)/(\d+)$")
+
+
+def test_gpu_smoke_run_on_the_cpu_writes_results_gpu(tmp_path):
+  # `make bench-gpu` needs a GPU; its --smoke mode runs the same code on
+  # the CPU with host stand-ins, and says so.
+  env = {k: v for k, v in os.environ.items() if not k.startswith(
+      "HOST_CALLBACK_")}
+  env["JAX_PLATFORMS"] = "cpu"
+  done = subprocess.run(
+      [sys.executable, os.path.join(REPO, "bench", "run.py"), "--gpu",
+       "--smoke", "--out", str(tmp_path)],
+      capture_output=True, text=True, env=env, timeout=240)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+  text = (tmp_path / "RESULTS-gpu.md").read_text()
+  assert "A dry run on the CPU" in text
+  assert "- Device: **cpu**" in text
+  targets = section(text, "## Targets")
+  assert len(targets) == GPU_TARGETS, targets
+  for line in targets:
+    assert TARGET_LINE.match(line), line
+  cells = [row.rsplit("|", 2)[-2].strip() for row in text.splitlines()
+           if row.startswith("|") and "/" in row.rsplit("|", 2)[-2]]
+  counted = [GPU_COUNT.match(c) for c in cells]
+  assert counted and all(m and m[1] == m[2] for m in counted), cells
+
+
+def test_a_full_gpu_run_refuses_without_a_gpu(tmp_path):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  done = subprocess.run(
+      [sys.executable, os.path.join(REPO, "bench", "run.py"), "--gpu",
+       "--out", str(tmp_path)], capture_output=True, text=True, env=env,
+      timeout=120)
+  assert done.returncode == 2
+  assert "--gpu needs a GPU" in done.stderr
+  assert not (tmp_path / "RESULTS-gpu.md").exists()

@@ -12,10 +12,12 @@ import ctypes
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 
 import host_callback as hcb
+from host_callback import _hcb as hcb_c
 
 from conftest import run_python
 
@@ -185,6 +187,63 @@ def test_stream_on_cpu_raises_as_jax_does():
   assert type(error) is type(jax_error) is jax.errors.JaxRuntimeError
   assert str(jax_error) == "UNIMPLEMENTED: XLA FFI GPU context is not available"
   assert str(error).startswith(str(jax_error))
+
+
+# What a GPU Buffer shows Python needs no CUDA call: Buffer._test_view
+# labels host memory with a CUDA device key so that it is checked here.
+CUDA_1 = (hcb_c.PLATFORM_CUDA << 32) | 1
+
+
+def test_gpu_buffer_cuda_array_interface():
+  a = np.arange(6, dtype=np.float32).reshape(2, 3)
+  out = hcb_c.Buffer._test_view(a, CUDA_1, True)
+  x = hcb_c.Buffer._test_view(a, CUDA_1, False)
+  assert out.__cuda_array_interface__ == {
+      "shape": (2, 3), "typestr": "<f4", "data": (a.ctypes.data, False),
+      "strides": None, "version": 3}
+  assert x.__cuda_array_interface__["data"] == (a.ctypes.data, True)
+  assert "stream" not in x.__cuda_array_interface__
+  empty = hcb_c.Buffer._test_view(np.zeros((0, 2), ml_dtypes.bfloat16),
+                                  CUDA_1, True)
+  assert empty.__cuda_array_interface__["data"] == (0, False)
+  assert empty.__cuda_array_interface__["typestr"] == "<V2"
+  assert repr(x) == "Buffer(shape=(2, 3), dtype=float32, device=cuda:1, read-only)"
+
+
+def test_gpu_buffer_dlpack_is_kdlcuda_on_its_ordinal():
+  out = hcb_c.Buffer._test_view(np.ones(3, np.float32), CUDA_1, True)
+  assert out.__dlpack_device__() == (2, 1)
+  assert type(out.__dlpack__(max_version=(1, 0))).__name__ == "PyCapsule"
+  assert type(out.__dlpack__(stream=-1)).__name__ == "PyCapsule"
+  # Outside a GPU call there is no XLA stream to compare with.
+  assert type(out.__dlpack__(stream=7)).__name__ == "PyCapsule"
+  with pytest.raises(BufferError, match=r"dl_device=\(1, 0\).*on \(2, 1\)"):
+    out.__dlpack__(dl_device=(1, 0))
+  with pytest.raises(TypeError, match="stream must be None or an int"):
+    out.__dlpack__(stream="s")
+
+
+def test_gpu_buffer_refuses_host_access_and_says_what_to_use():
+  out = hcb_c.Buffer._test_view(np.ones(3, np.float32), CUDA_1, True)
+  for use, error in ((np.asarray, TypeError), (memoryview, BufferError),
+                     (lambda b: b.__array__(), TypeError)):
+    with pytest.raises(error, match=r"in GPU memory \(CUDA device 1\).*"
+                                    r"cupy\.asarray.*ctx\.stream"):
+      use(out)
+
+
+def test_gpu_buffer_refuses_sub_byte_types():
+  with pytest.raises(TypeError, match="int4 arrays are packed .* GPU memory"):
+    hcb_c.Buffer._test_view(np.zeros(4, ml_dtypes.int4), CUDA_1, True)
+
+
+def test_cpu_buffer_is_kdlcpu_and_has_no_cuda_array_interface():
+  out = hcb_c.Buffer._test_view(np.ones(3, np.float32), 0, True)
+  assert out.__dlpack_device__() == (1, 0)
+  assert not hasattr(out, "__cuda_array_interface__")
+  assert type(out.__dlpack__(dl_device=(1, 0))).__name__ == "PyCapsule"
+  with pytest.raises(BufferError, match="another device"):
+    out.__dlpack__(dl_device=(2, 0))
 
 
 @pytest.mark.parametrize("aliases, message", [

@@ -179,6 +179,25 @@ def buffer_callbacks() -> None:
         g(x, factor=jnp.float32(1)))
 
 
+def gpu_saxpy(cupy: Any) -> None:
+  """README.md, "GPU": CuPy on XLA's stream (``cupy`` has no stubs: Any).
+  Only type-checked here; tests/gpu runs it on a GPU."""
+
+  def saxpy(ctx: hcb.ExecutionContext, out: hcb.Buffer, a: hcb.Buffer,
+            x: hcb.Buffer, y: hcb.Buffer) -> None:
+    stream: int = ctx.stream
+    interface: dict[str, Any] = out.__cuda_array_interface__
+    device: tuple[int, int] = out.__dlpack_device__()
+    with cupy.cuda.ExternalStream(stream):
+      r = cupy.asarray(out)
+      cupy.multiply(cupy.asarray(a), cupy.asarray(x), out=r)
+      r += cupy.asarray(y)
+      print(interface["data"], device, cupy.from_dlpack(out))
+
+  f = hcb.buffer_callback(saxpy, jax.ShapeDtypeStruct((4,), jnp.float32))
+  print(f(jnp.float32(2), jnp.ones(4), jnp.ones(4)))
+
+
 # ---- C users -----------------------------------------------------------------
 
 def native_callbacks(library: str) -> None:
