@@ -335,8 +335,13 @@ class _Print:
     if self.as_jax:
       args, kwargs = _on_cpu((args, kwargs))
     if self.has_placeholders:
-      with np.printoptions(**self.np_printoptions):
+      if np.get_printoptions() == self.np_printoptions:
+        # Mostly so (numpy's defaults): entering np.printoptions costs
+        # several times the rest of a print.
         msg = self.fmt.format(*args, **kwargs)
+      else:
+        with np.printoptions(**self.np_printoptions):
+          msg = self.fmt.format(*args, **kwargs)
     else:
       msg = " ".join((self.fmt, *(str(a) for a in args)))
     if self.log is None:
