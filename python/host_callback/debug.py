@@ -21,9 +21,9 @@ from the ``transforms`` the tap receives:
   rule of debug callbacks does nothing;
 - outside any trace (no tracer among the arguments) the function is called
   at once, synchronously, as JAX's eager debug callbacks are, once the
-  callbacks issued before it have run (an eager ``vmap`` taps the batched
-  values, then calls a function of unbatched ones eagerly: its text comes
-  after theirs, as in JAX).
+  callbacks issued before it on its device have run (an eager ``vmap`` taps
+  the batched values, then calls a function of unbatched ones eagerly: its
+  text comes after theirs, as in JAX).
 
 Arguments that are not arrays (strings, ``None``, other objects) are static,
 as in JAX: they are kept with the tap site and passed back unchanged.
@@ -206,12 +206,11 @@ def _issue(func: Callable[..., Any], args: tuple[Any, ...],
   if not (_leaves.any_tracer(leaves) if leaves else _tracing()):
     # Eagerly, as JAX: at once, in this thread, after the callbacks
     # issued before (program order).
-    _runtime.wait_before_eager_callback()
-    device = None
-    if with_device:
-      device = next((d for x in leaves for d in x.devices()),
-                    jax.local_devices()[0])
-    tap.call([np.asarray(x) for x in leaves], device)
+    device = next((d for x in leaves for d in x.devices()),
+                  jax.local_devices()[0])
+    _runtime.wait_before_eager_callback(device)
+    tap.call([np.asarray(x) for x in leaves],
+             device if with_device else None)
     return
   _tap.id_tap(tap, leaves, tap_with_device=with_device,
               callback_flavor=CallbackFlavor.DEBUG)
