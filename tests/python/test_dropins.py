@@ -27,7 +27,7 @@ from jax.sharding import PartitionSpec as P
 import host_callback as hcb
 from host_callback import debug as hdebug
 
-from conftest import DTYPES
+from conftest import DTYPES, run_python
 
 DEBUGS = {"jax": jax.debug, "hcb": hdebug}
 PURES = {"jax": jax.pure_callback, "hcb": hcb.pure_callback}
@@ -642,6 +642,20 @@ def test_callbacks_under_shard_map_run_per_shard_like_jaxs(api):
     outs[name] = np.asarray(f(x))
   np.testing.assert_array_equal(outs["hcb"], outs["jax"])
   np.testing.assert_array_equal(outs["hcb"], np.arange(2. * n) * 10 + 2)
+
+
+def test_pure_callback_64_bit_results_with_x64():
+  proc = run_python("""
+      import jax, jax.numpy as jnp, numpy as np
+      import host_callback as hcb
+      s = jax.ShapeDtypeStruct((2,), jnp.float64)
+      for pc in (jax.pure_callback, hcb.pure_callback):
+        out = jax.jit(lambda x: pc(lambda a: a * 2, s, x))(
+            np.array([1.5, 2.5]))
+        print(out.dtype, out.tolist())
+  """, env={"JAX_ENABLE_X64": "1", "JAX_NUM_CPU_DEVICES": "1"})
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.splitlines() == ["float64 [3.0, 5.0]"] * 2
 
 
 # ---- io_callback -------------------------------------------------------------
