@@ -11,7 +11,9 @@ threads.  ``call`` calls a Python function synchronously and returns its
 checked result to the computation.  ``barrier_wait`` waits for every
 pending tap and reports exceptions raised by callbacks.  ``native_tap`` and
 ``native_call`` make C functions callbacks (no Python, no GIL per call);
-``get_include``/``get_library`` locate the C API.  ``host_callback.progress``
+``get_include``/``get_library`` locate the C API.  ``pure_callback``,
+``io_callback`` and the ``debug`` module (``callback``, ``print``, ``log``)
+are JAX's modern callback APIs on the same runtime.  ``host_callback.progress``
 (imported on first use; it needs tqdm, the ``progress`` extra) has
 jax-tqdm's progress bars.  See README.md and docs/.
 """
@@ -22,7 +24,10 @@ from host_callback._buffer import Buffer
 from host_callback._buffer import ExecutionContext
 from host_callback._buffer import ExecutionStage
 from host_callback._buffer import buffer_callback
+from host_callback import debug
 from host_callback._call import call
+from host_callback._dropins import io_callback
+from host_callback._dropins import pure_callback
 from host_callback._install import get_cmake_dir
 from host_callback._install import get_include
 from host_callback._install import get_library
@@ -65,14 +70,17 @@ __all__ = [
     "barrier_wait",
     "buffer_callback",
     "call",
+    "debug",
     "get_cmake_dir",
     "get_include",
     "get_library",
     "get_pkgconfig_dir",
     "id_print",
     "id_tap",
+    "io_callback",
     "native_call",
     "native_tap",
+    "pure_callback",
     "stats",
     "stop_outfeed_receiver",
 ]

@@ -31,8 +31,10 @@ def batch_by_method(args: Sequence[Any], dims: Sequence[Any], *,
   arguments, ``bind_batched(args, size)`` on arguments whose leading axis is
   the batch (its results get one too).  ``always_broadcast`` lists the
   arguments that ``expand_dims`` must broadcast instead (aliased ones).
-  ``legacy_message`` starts the error without a ``vmap_method``: the words
-  of the removed module, which its users search for."""
+  ``"legacy_vectorized"`` (``jax.pure_callback``'s, for its drop-in)
+  passes the unbatched arguments as they are.  ``legacy_message`` starts
+  the error without a ``vmap_method``: the words of the removed module,
+  which its users search for."""
   if vmap_method is None:
     raise NotImplementedError(
         f"{legacy_message}{what} under vmap needs a vmap_method: pass "
@@ -59,6 +61,8 @@ def batch_by_method(args: Sequence[Any], dims: Sequence[Any], *,
       outs = [jax.numpy.stack([e[j] for e in each]) for j in range(nout)]
     return list(outs), [0] * nout
 
+  if vmap_method == "legacy_vectorized":  # jax.pure_callback's: as is
+    return list(bind_batched(args, size)), [0] * nout
   expand = vmap_method == "expand_dims"
   args = [x if d is not None else
           lax.expand_dims(x, (0,)) if expand and i not in always_broadcast

@@ -49,9 +49,9 @@ def _call_impl(*args: Any, **params: Any) -> Any:
 
 
 def _call_abstract_eval(*avals: Any, site: CallSite, device_index: int,
-                        flavor: CallbackFlavor, vmap_method: str | None
-                        ) -> list[ShapedArray]:
-  del avals, device_index, flavor, vmap_method
+                        flavor: CallbackFlavor, vmap_method: str | None,
+                        api: str) -> list[ShapedArray]:
+  del avals, device_index, flavor, vmap_method, api
   _containers.keep_containers()
   return [ShapedArray(shape, dtype)
           for shape, dtype in site.result_avals]
@@ -59,8 +59,8 @@ def _call_abstract_eval(*avals: Any, site: CallSite, device_index: int,
 
 def _call_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
                    site: CallSite, device_index: int, flavor: CallbackFlavor,
-                   vmap_method: str | None) -> Any:
-  del vmap_method
+                   vmap_method: str | None, api: str) -> Any:
+  del vmap_method, api
   target = _lowering.call_target(isinstance(site.func, NativeCallback))
   return _lowering.lower(
       ctx, target, args, what="call",
@@ -69,9 +69,25 @@ def _call_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
       callback_id=np.uint64(_runtime.lowered_site_id(ctx, site)))
 
 
+# The errors of JAX's own callbacks, raised by the drop-ins (_dropins.py)
+# where JAX raises them: their users catch and search for these.
+_JAX_JVP_ERRORS = {
+    "pure_callback": "Pure callbacks do not support JVP. Please use "
+                     "`jax.custom_jvp` to use callbacks while taking "
+                     "gradients.",
+    "io_callback": "IO callbacks do not support JVP."}
+_JAX_TRANSPOSE_ERRORS = {
+    "pure_callback": "Pure callbacks do not support transpose. Please use "
+                     "`jax.custom_vjp` to use callbacks while taking "
+                     "gradients.",
+    "io_callback": "IO callbacks do not support transpose."}
+
+
 def _call_jvp(primals: Sequence[Any], tangents: Sequence[Any], *,
-              site: CallSite, **params: Any) -> Any:
+              site: CallSite, api: str, **params: Any) -> Any:
   del primals, tangents, params
+  if api in _JAX_JVP_ERRORS:
+    raise ValueError(_JAX_JVP_ERRORS[api])
   raise NotImplementedError(
       f"host_callback.call of {_name(site)!r} cannot be differentiated: the "
       "JVP rule is implemented only for id_tap, not for call. Wrap the "
@@ -79,9 +95,11 @@ def _call_jvp(primals: Sequence[Any], tangents: Sequence[Any], *,
       "its derivative there.")
 
 
-def _call_transpose(cts: Any, *args: Any, site: CallSite,
+def _call_transpose(cts: Any, *args: Any, site: CallSite, api: str,
                     **params: Any) -> Any:
   del cts, args, params
+  if api in _JAX_TRANSPOSE_ERRORS:
+    raise ValueError(_JAX_TRANSPOSE_ERRORS[api])
   raise NotImplementedError(
       f"host_callback.call of {_name(site)!r} cannot be transposed: "
       "differentiation rules are implemented only for id_tap, not for call.")
@@ -90,6 +108,15 @@ def _call_transpose(cts: Any, *args: Any, site: CallSite,
 def _call_batching(args: Sequence[Any], dims: Sequence[Any], *,
                    site: CallSite, **params: Any
                    ) -> tuple[list[Any], list[int]]:
+  if params["api"] == "io_callback" and params["vmap_method"] is None:
+    raise ValueError("Cannot `vmap` ordered IO callback.")
+  if params["api"] == "pure_callback" and params["vmap_method"] is None:
+    raise NotImplementedError(
+        "vmap is only supported for the pure_callback primitive when "
+        "vmap_method is one of 'sequential', 'sequential_unrolled', "
+        "'expand_dims', 'broadcast_all', or 'legacy_vectorized'. Got "
+        "vmap_method=None.")
+
   def bind_batched(batched_args: list[Any], size: int) -> Sequence[Any]:
     batched = site._replace(result_avals=tuple(
         ((size, *shape), dtype) for shape, dtype in site.result_avals))
@@ -213,6 +240,21 @@ def call(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
       a computation that failed while it waited as ``ValueError`` with the
       same message, as it does for ``jax.pure_callback``).
   """
+  return bind(callback_func, arg, result_shape=result_shape,
+              call_with_device=call_with_device, device_index=device_index,
+              callback_flavor=callback_flavor, vmap_method=vmap_method,
+              api="call")
+
+
+def bind(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
+         result_shape: Any, call_with_device: bool, device_index: int,
+         callback_flavor: CallbackFlavor, vmap_method: str | None,
+         api: str) -> Any:
+  """:func:`call` for the API named ``api``: ``"call"``, or the drop-in
+  ``"pure_callback"`` or ``"io_callback"`` (_dropins.py), which raise JAX's
+  errors under differentiation and ``vmap`` (``io_callback`` with no
+  ``vmap_method`` is an ordered one) and accept ``pure_callback``'s
+  ``"legacy_vectorized"``."""
   native = _native.is_native(callback_func, NativeCallback,
                              "host_callback.call")
   if not (native or callable(callback_func)):
@@ -220,7 +262,8 @@ def call(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
   if not isinstance(callback_flavor, CallbackFlavor):
     raise TypeError("callback_flavor must be a CallbackFlavor, got "
                     f"{callback_flavor!r}")
-  _batching.check_vmap_method(vmap_method)
+  if vmap_method != "legacy_vectorized" or api != "pure_callback":
+    _batching.check_vmap_method(vmap_method)
   device_index = _runtime.checked_device_index(device_index,
                                                "host_callback.call")
   if callback_flavor is CallbackFlavor.DEBUG and result_shape is not None:
@@ -250,5 +293,6 @@ def call(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
     return _inline_result(site, result)
 
   outs = call_p.bind(*sent, site=site, device_index=device_index,
-                     flavor=callback_flavor, vmap_method=vmap_method)
+                     flavor=callback_flavor, vmap_method=vmap_method,
+                     api=api)
   return result_treedef.unflatten(outs)

@@ -60,6 +60,7 @@ from jax.extend.core import Primitive
 from jax.extend.core import jaxpr_as_fun
 from jax.extend.core import jaxprs_in_params
 from jax.extend.core import primitives as jax_primitives
+from jax.interpreters import mlir
 
 from host_callback import _jax
 from host_callback._types import CallbackFlavor
@@ -183,17 +184,33 @@ def _wrap_cond_partial_eval() -> None:
     rules[jax_primitives.cond_p] = _keeping_cond_partial_eval(rule)
 
 
+def _holds_effectful_callback(jaxpr: Jaxpr) -> bool:
+  """Whether ``jaxpr`` (or one nested in it) holds a callback that must not
+  run where the program does not: neither ``PURE`` nor ``DEBUG`` (debug
+  callbacks, as JAX's ``jax.debug``, may run where a transformation makes
+  the program run, e.g. both branches of a batched cond)."""
+  for eqn in jaxpr.eqns:
+    if (eqn.primitive in _kept and eqn.params["flavor"] not in
+        (CallbackFlavor.PURE, CallbackFlavor.DEBUG)):
+      return True
+    if any(_holds_effectful_callback(sub)
+           for sub in jaxprs_in_params(eqn.params)):
+      return True
+  return False
+
+
 def _refusing_batched_cond(rule: Callable[..., Any]) -> Callable[..., Any]:
   def cond_batching_rule(axis_data: Any, args: Any, dims: Any, *,
                          branches: Any, **params: Any) -> Any:
     if dims[0] is not None and any(
-        _jaxpr_holds_callback(b.jaxpr) for b in branches):
+        _jaxpr_holds_callback(b.jaxpr) and
+        _holds_effectful_callback(b.jaxpr) for b in branches):
       raise NotImplementedError(
           "vmap of lax.cond with a batched predicate, where a branch holds "
           "host_callback taps or calls: vmap would run every branch (as a "
           "select), and with them callbacks of branches not taken. Use "
-          "CallbackFlavor.PURE callbacks there, or move the callback out of "
-          "the cond.")
+          "CallbackFlavor.PURE or DEBUG callbacks there, or move the "
+          "callback out of the cond.")
     return rule(axis_data, args, dims, branches=branches, **params)
 
   setattr(cond_batching_rule, "__wrapped__", rule)  # JAX's rule
@@ -263,13 +280,44 @@ def _wrap_while_batching() -> None:
     batchers[jax_primitives.while_p] = _predicate_once_batched_while(rule)
 
 
+def _predicate_in_body_while(rule: Callable[..., Any]) -> Callable[..., Any]:
+  def while_lowering(ctx: Any, *args: Any, cond_nconsts: int,
+                     cond_jaxpr: Any, body_nconsts: int,
+                     body_jaxpr: Any) -> Any:
+    if (cond_jaxpr.out_avals[0].shape == () and
+        _jaxpr_holds_callback(cond_jaxpr.jaxpr)):
+      # XLA runs a loop whose trip count it can tell (``i < 3``) without
+      # evaluating its condition: the callbacks there would never run.
+      # Evaluated in the body, carried to a condition that only reads it,
+      # they run once per iteration, in the same order.  (The rewritten
+      # loop's condition holds no callback: it comes back to JAX's rule.)
+      loop = _while_with_carried_predicate(cond_nconsts, cond_jaxpr,
+                                           body_nconsts, body_jaxpr)
+      return mlir.lower_fun(loop, multiple_results=True)(ctx, *args)
+    return rule(ctx, *args, cond_nconsts=cond_nconsts,
+                cond_jaxpr=cond_jaxpr, body_nconsts=body_nconsts,
+                body_jaxpr=body_jaxpr)
+
+  setattr(while_lowering, "__wrapped__", rule)  # JAX's rule
+  return while_lowering
+
+
+def _wrap_while_lowering() -> None:
+  rule = _jax.generic_lowering(jax_primitives.while_p)
+  if not hasattr(rule, "__wrapped__"):
+    mlir.register_lowering(jax_primitives.while_p,
+                           _predicate_in_body_while(rule))
+
+
 _wrapped_count = -1  # how many DCE rules JAX had when they were last wrapped
 
 
 def keep_containers() -> None:
   """Makes JAX keep containers (scan, while, cond, jit, ...) whose body
   holds one of our callbacks, refuse vmap of a cond whose branches hold
-  one, and batch a while whose predicate holds one with the predicate
+  one (unless it is PURE or DEBUG: those may run in every branch), lower
+  a while whose predicate holds one with the predicate in the body (XLA
+  skips the condition of a loop whose trip count it knows), and batch a while whose predicate holds one with the predicate
   evaluated once per iteration.  Our primitives' abstract evaluation calls it, so it happens when the
   first program with a callback is traced; after that it is one comparison.
   Rules that JAX registers later (a module imported afterwards) are wrapped
@@ -281,4 +329,5 @@ def keep_containers() -> None:
   _wrap_cond_batching()
   _wrap_while_batching()
   _wrap_cond_partial_eval()
+  _wrap_while_lowering()
   _wrapped_count = len(_jax.dce_rules)

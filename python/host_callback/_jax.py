@@ -35,6 +35,17 @@ from jax._src.interpreters import partial_eval as _pe
 from jax._src.lib import xla_client as _xc
 from jax.interpreters import batching as _batching
 
+# ---- the generic lowering rule of a primitive --------------------------------
+
+def generic_lowering(prim: Any) -> Callable[..., Any]:
+  """The lowering rule JAX registered for ``prim`` on every platform
+  (``mlir._lowerings[prim].rule``), for a rule of ours that wraps it (the
+  public ``mlir.register_lowering`` replaces a rule, it gives no access to
+  the one replaced).  JAX 0.10-0.12."""
+  rule: Callable[..., Any] = _mlir._lowerings[prim].rule
+  return rule
+
+
 # ---- evaluating a primitive eagerly -------------------------------------------
 
 # dispatch.apply_primitive(prim, *args, **params): runs one primitive
@@ -319,6 +330,14 @@ def _check_while_batcher() -> str | None:
                      "body_jaxpr")
 
 
+def _check_while_lowering() -> str | None:
+  from jax.extend.core import primitives
+  rule = generic_lowering(primitives.while_p)
+  return _has_params(getattr(rule, "__wrapped__", rule), "ctx",
+                     "cond_jaxpr", "body_jaxpr", "cond_nconsts",
+                     "body_nconsts")
+
+
 def _check_axis_data() -> str | None:
   from jax._src.interpreters import batching
   axis_data = batching.AxisData("i", 3, None, None)
@@ -364,6 +383,7 @@ TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
     ("partial_eval.dce_rules and _default_dce_rule", _check_dce_rule),
     ("batching.fancy_primitive_batchers[cond_p]", _check_cond_batcher),
     ("batching.fancy_primitive_batchers[while_p]", _check_while_batcher),
+    ("mlir._lowerings[while_p].rule", _check_while_lowering),
     ("batching.AxisData (name, size, spmd_name, explicit_mesh_axis)",
      _check_axis_data),
     ("sharding_impls.ShardingContext",

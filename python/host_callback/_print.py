@@ -33,6 +33,7 @@ the containers; numpy formats every other array.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
 import jax
@@ -144,7 +145,7 @@ class Printer:
                "options", "dtypes", "path", "broken", "_key", "__weakref__")
 
   def __init__(self, kwargs: dict[str, Any],
-               output_stream: SupportsWrite[str] | None,
+               output_stream: SupportsWrite[str] | logging.Logger | None,
                threshold: int | None, dtypes: tuple[int, ...] = ()):
     self.kwargs = tuple(sorted((str(k), str(v)) for k, v in kwargs.items()))
     self.threshold = None if threshold is None else int(threshold)
@@ -184,6 +185,10 @@ class Printer:
     if kv:
       texts.append(kv + "\n")
     texts.append(self.format(arg) + "\n")
+    if isinstance(self.output_stream, logging.Logger):
+      self.output_stream.log(logging.INFO, "".join(texts)[:-1],
+                             extra={"device": device})
+      return
     try:
       _hcb.print_write(self.output_stream, tuple(texts))
     except Exception as e:
@@ -250,7 +255,9 @@ class Printer:
     its dtypes, else as a Python tap."""
     nodes: list[PrintNode] = []
     target = None
-    if self.options is not None and _treedef_nodes(site.treedef, None, nodes):
+    if (self.options is not None and
+        not isinstance(self.output_stream, logging.Logger) and
+        _treedef_nodes(site.treedef, None, nodes)):
       target = self._register_print(site, nodes)
     self.path = "python" if target is None else "c"
     if target is None:
@@ -270,6 +277,7 @@ class Printer:
     devices = {_runtime.device_key(d): str(d)
                for d in _runtime.keyed_devices()}
     assert self.options is not None
+    assert not isinstance(self.output_stream, logging.Logger)
     return _hcb.register_print(site=site, name="id_print", nodes=nodes,
                                kv_before=before, kv_after=after,
                                with_device=site.with_device, devices=devices,
@@ -310,7 +318,7 @@ def _treedef_nodes(treedef: Any, key: str | None, out: list[PrintNode]) -> bool:
 
 def id_print(arg: Any, *, result: Any = None, tap_with_device: bool = False,
              device_index: int = 0,
-             output_stream: SupportsWrite[str] | None = None,
+             output_stream: SupportsWrite[str] | logging.Logger | None = None,
              threshold: int | None = None,
              callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
              **kwargs: Any) -> Any:
@@ -330,7 +338,12 @@ def id_print(arg: Any, *, result: Any = None, tap_with_device: bool = False,
     tap_with_device: also print the device the value comes from.
     device_index: which device prints in a multi-device computation.
     output_stream: an object with a ``write(str)`` method; each chunk is
-      written as ``write(s + "\\n")``.  Default: ``sys.stdout``.
+      written as ``write(s + "\\n")``.  Default: ``sys.stdout``.  Or a
+      ``logging.Logger``: each tap is one ``INFO`` record whose message is
+      the text (its lines joined by newlines, no final one), with the
+      device in the record's ``extra`` (``record.device``: the
+      ``jax.Device`` with ``tap_with_device``, else None); formatted on the
+      consumer thread in Python, not in C.
     threshold: ``numpy.array2string``'s threshold: arrays with more
       elements are summarised with ``...`` (default: numpy's, 1000).
     callback_flavor: see :class:`CallbackFlavor`.

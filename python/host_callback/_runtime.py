@@ -800,6 +800,27 @@ def _wait_for_callbacks() -> None:
   _hcb.barrier()
 
 
+def wait_before_eager_callback(device: jax.Device) -> None:
+  """Waits until the callbacks of the one-device computations dispatched
+  to ``device`` before have run, and every tap queued by then, so that an
+  eager debug callback (host_callback.debug), which runs at once in the
+  calling thread as JAX's do, comes after them: program order on its
+  device (an eager ``vmap`` taps the batched values in such a computation,
+  then calls a function of the unbatched ones eagerly).  One probe on the
+  device (see :func:`_wait_for_devices`), not one per device and one over
+  all of them: multi-device computations still running may call back
+  later, as JAX's own callbacks of a running computation may.  Errors stay
+  recorded for barrier_wait.  Nothing to wait for before the first
+  compiled callback, nor inside a tap (its own thread) or a device
+  callback."""
+  if (not _state.handlers_registered or _state.exiting or _hcb.in_tap() or
+      _in_device_callback()):
+    return
+  if device.platform == "cpu":
+    _touch(jax.device_put(np.int32(0), device)).block_until_ready()
+  _hcb.barrier()
+
+
 def _on_effects_barrier() -> None:
   """Added to ``jax.effects_barrier()`` (see ``_jax.extend_effects_barrier``):
   it also waits for host_callback's callbacks, and leaves their errors for

@@ -19,6 +19,7 @@ dispatch path.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 import jax
@@ -180,7 +181,8 @@ def _tap_inline(site: _runtime.TapSite, leaves: list[Any],
     func(value, site.transforms)
 
 
-def id_tap(tap_func: Callable[..., Any] | NativeTap, arg: Any, *,
+def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
+           arg: Any, *,
            result: Any = None, tap_with_device: bool = False,
            device_index: int = 0,
            callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
@@ -202,7 +204,10 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap, arg: Any, *,
   Args:
     tap_func: the host function, ``tap_func(arg, transforms[, device=])``,
       or a C function from :func:`native_tap` (it receives the flattened
-      leaves and always the device).
+      leaves and always the device), or a ``logging.Logger``: each tap is
+      then one ``INFO`` record of that logger, with :func:`id_print`'s text
+      as its message and the device in its ``extra`` (``record.device``,
+      with ``tap_with_device``).
     arg: a pytree of arrays (or values convertible to arrays).
     result: if given, returned instead of ``arg``; it is not sent to the
       host, but the tap still happens before it is used.
@@ -218,6 +223,12 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap, arg: Any, *,
         "Support for **kwargs in ``id_tap`` has been removed. Instead, "
         "pre-apply keyword arguments, either by using a closure or by "
         "passing ``functools.partial(tap_func, **kwargs)``.")
+  if isinstance(tap_func, logging.Logger):
+    from host_callback import _print  # it taps with id_tap
+    return _print.id_print(arg, result=result,
+                           tap_with_device=tap_with_device,
+                           device_index=device_index, output_stream=tap_func,
+                           callback_flavor=callback_flavor)
   native = _native.is_native(tap_func, NativeTap, "id_tap")
   if not (native or callable(tap_func)):
     raise TypeError(f"tap_func must be callable, got {tap_func!r}")

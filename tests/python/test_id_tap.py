@@ -194,6 +194,22 @@ def test_while_loop_body_and_predicate(collect):
                   ("cond", 2), ("body", 2), ("cond", 3)]
 
 
+def test_predicate_taps_run_when_xla_knows_the_trip_count(collect):
+  # XLA runs `while i < 3` from a constant without its condition; the
+  # predicate's taps (result unused) run all the same, in order.
+  def cond_fun(i):
+    hcb.id_tap(collect, {"cond": i})
+    return i < 3
+  def body_fun(i):
+    hcb.id_tap(collect, {"body": i})
+    return i + 1
+  assert int(jax.jit(lambda: lax.while_loop(cond_fun, body_fun, 0))()) == 3
+  hcb.barrier_wait()
+  seen = [(k, int(v)) for a in collect.args for k, v in a.items()]
+  assert seen == [("cond", 0), ("body", 0), ("cond", 1), ("body", 1),
+                  ("cond", 2), ("body", 2), ("cond", 3)]
+
+
 def test_scan_taps_each_step_in_order(collect):
   def step(c, x):
     c = hcb.id_tap(collect, c + x)

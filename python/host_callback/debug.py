@@ -1,0 +1,463 @@
+"""``jax.debug``'s ``callback``, ``print`` and ``log`` on host_callback's taps.
+
+Migrating is one line: ``from host_callback import debug`` and
+``debug.print(...)`` where the program had ``jax.debug.print(...)``.
+
+Each is one ``id_tap`` (_tap.py) of the array arguments, whose result is
+dropped: the device copies the arguments into the runtime's queue and goes
+on; the function runs later on the device's consumer thread, asynchronously
+as JAX's own debug callbacks do, and ``jax.effects_barrier()`` and
+``host_callback.barrier_wait()`` wait for it.  The tap function
+(``_DebugTap``) gives the tapped values the semantics of ``jax.debug``,
+from the ``transforms`` the tap receives:
+
+- under ``vmap`` the tap gets the batched values once, and calls the
+  function once per batch element, in the order JAX's batching rule calls
+  it (for nested ``vmap``s, the innermost map's index varies slowest);
+  unbatched arguments are the same in every call;
+- under ``jvp``/``grad`` the tap sees primal values only (_tap.py), as
+  ``jax.debug`` does; a tap that differentiation transposes (one on
+  tangents, in a ``custom_jvp`` rule) calls nothing, as JAX's transpose
+  rule of debug callbacks does nothing;
+- outside any trace (no tracer among the arguments) the function is called
+  at once, synchronously, as JAX's eager debug callbacks are, once the
+  callbacks issued before it on its device have run (an eager ``vmap`` taps
+  the batched values, then calls a function of unbatched ones eagerly: its
+  text comes after theirs, as in JAX).
+
+Arguments that are not arrays (strings, ``None``, other objects) are static,
+as in JAX: they are kept with the tap site and passed back unchanged.
+
+Where JAX and host_callback differ (README.md):
+
+- the function receives numpy arrays (JAX: ``jax.Array``s copied onto its
+  CPU device); ``debug.print`` formats what JAX's does, character for
+  character: numpy arrays where their text is ``jax.Array``'s (``str`` and
+  format specs of arrays), ``jax.Array``s where it is not (``!r``,
+  attribute or index access in a field, containers, whose ``str`` is their
+  elements' ``repr``);
+- an exception in the function does not fail the computation (the tap is
+  asynchronous): it is logged (logger ``host_callback``) and raised by
+  ``barrier_wait``; eagerly it propagates, as in JAX;
+- every callback runs in program order on its device, ``ordered`` or not,
+  also under ``pmap``/``shard_map`` (JAX refuses ordered effects on more
+  than one device);
+- ``partitioned=True`` is accepted and behaves as ``False`` under ``jit``
+  over sharded operands: the function gets the whole value, once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import string
+import sys
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from host_callback import _leaves
+from host_callback import _runtime
+from host_callback import _tap
+from host_callback._types import CallbackFlavor
+
+__all__ = ["callback", "log", "print"]
+
+# jax.debug.log's logger: handlers and filters set up for JAX's records get
+# the drop-in's too.
+_LOG = logging.getLogger("jax._src.debugging")
+
+# Frames in these directories are not the user's (the source of a log
+# record is the user's call of debug.log).
+_INTERNAL_DIRS = (os.path.dirname(os.path.abspath(__file__)),
+                  os.path.dirname(os.path.abspath(jax.__file__)))
+
+
+def _frozen(value: Any) -> Any:
+  try:
+    hash(value)
+    return value
+  except TypeError:
+    return ("id", id(value))
+
+
+def _is_array_like(x: Any) -> bool:
+  """Whether JAX would make ``x`` an operand (``shaped_abstractify``
+  succeeds): arrays, numpy and Python scalars, objects with
+  ``__jax_array__``; anything else is a static argument."""
+  return isinstance(x, (jax.Array, jax.core.Tracer, np.ndarray, np.generic,
+                        bool, int, float, complex)) or hasattr(
+                            x, "__jax_array__")
+
+
+def _split(args: tuple[Any, ...], kwargs: dict[str, Any]
+           ) -> tuple[Any, list[Any], tuple[tuple[int, Any], ...]]:
+  """The treedef of ``(args, kwargs)``, its array leaves, and its static
+  leaves by position (JAX's ``_split_callback_args``)."""
+  flat, in_tree = jax.tree_util.tree_flatten((args, kwargs))
+  dynamic, static = [], []
+  for i, leaf in enumerate(flat):
+    if _is_array_like(leaf):
+      dynamic.append(leaf)
+    else:
+      static.append((i, leaf))
+  return in_tree, dynamic, tuple(static)
+
+
+def _merge(in_tree: Any, dynamic: Sequence[Any],
+           static: tuple[tuple[int, Any], ...]) -> tuple[Any, Any]:
+  """``(args, kwargs)`` from the dynamic leaves and the static ones."""
+  flat: list[Any] = list(dynamic)
+  for i, leaf in static:
+    flat.insert(i, leaf)
+  result: tuple[Any, Any] = in_tree.unflatten(flat)
+  return result
+
+
+def _index(x: np.ndarray, dim: int | None, i: int) -> np.ndarray:
+  return x if dim is None else np.take(x, i, axis=dim)
+
+
+def _elements(leaves: list[np.ndarray], batch_dims: list[tuple[Any, ...]]
+              ) -> list[list[np.ndarray]]:
+  """The unbatched leaves of each call, in JAX's order.  ``batch_dims``:
+  one tuple per ``vmap``, innermost first.  JAX's batching rule of the
+  innermost vmap loops over its axis, and each of its calls is batched by
+  the next vmap out, which loops over its own: the outermost map's index
+  varies fastest."""
+  if not batch_dims:
+    return [leaves]
+  dims = batch_dims[-1]
+  sizes = [x.shape[d] for x, d in zip(leaves, dims) if d is not None]
+  if not sizes:
+    return _elements(leaves, batch_dims[:-1])
+  per_outer = [_elements([_index(x, d, j) for x, d in zip(leaves, dims)],
+                         batch_dims[:-1]) for j in range(sizes[0])]
+  if not per_outer:
+    return []
+  return [per_outer[j][m] for m in range(len(per_outer[0]))
+          for j in range(len(per_outer))]
+
+
+class _DebugTap:
+  """The tap function of a ``debug.callback``/``print``/``log`` site: calls
+  ``func(*args, **kwargs)`` (a ``_Print`` with the device) once per element of the tapped
+  value (see the module's docstring).  Equal for the same function,
+  argument structure and static arguments, so that re-tracing reuses the
+  compiled tap."""
+
+  __slots__ = ("func", "in_tree", "static", "with_device", "_key",
+               "__weakref__")
+
+  def __init__(self, func: Callable[..., Any], in_tree: Any,
+               static: tuple[tuple[int, Any], ...], with_device: bool):
+    self.func = func
+    self.in_tree = in_tree
+    self.static = static
+    self.with_device = with_device
+    self._key = (_frozen(func), in_tree,
+                 tuple((i, _frozen(v)) for i, v in static), with_device)
+
+  def __call__(self, flat: list[np.ndarray], transforms: Sequence[Any],
+               device: Any = None) -> None:
+    batch_dims = []
+    for name, params in transforms:
+      if name == "transpose":  # a tap on cotangents: JAX calls nothing
+        return
+      if name == "batch":
+        batch_dims.append(tuple(params["batch_dims"]))
+    for leaves in _elements(list(flat), batch_dims):
+      self.call(leaves, device)
+
+  def call(self, leaves: Sequence[Any], device: Any) -> None:
+    """Calls the function once, on unbatched leaves."""
+    args, kwargs = _merge(self.in_tree, leaves, self.static)
+    if isinstance(self.func, _Print):
+      self.func.emit(args, kwargs, device)
+    else:
+      self.func(*args, **kwargs)
+
+  def __hash__(self) -> int:
+    return hash(self._key)
+
+  def __eq__(self, other: object) -> bool:
+    return isinstance(other, _DebugTap) and other._key == self._key
+
+  def __repr__(self) -> str:
+    return _runtime.callable_name(self.func)
+
+
+def _tracing() -> bool:
+  """Whether a trace (``jit``, ...) is in progress: a value made here is a
+  tracer then (for a callback without array arguments, which has no
+  tracer to tell)."""
+  return isinstance(jax.lax.full((), 0, np.int8), jax.core.Tracer)
+
+
+def _issue(func: Callable[..., Any], args: tuple[Any, ...],
+           kwargs: dict[str, Any], *, with_device: bool = False) -> None:
+  """Calls ``func(*args, **kwargs)`` on the host: eagerly now, or from a
+  tap of the array leaves (``with_device``: a ``_Print`` also gets the
+  device)."""
+  in_tree, dynamic, static = _split(args, kwargs)
+  tap = _DebugTap(func, in_tree, static, with_device)
+  leaves = [_leaves.as_array(x) for x in dynamic]
+  if not (_leaves.any_tracer(leaves) if leaves else _tracing()):
+    # Eagerly, as JAX: at once, in this thread, after the callbacks
+    # issued before (program order).
+    device = next((d for x in leaves for d in x.devices()),
+                  jax.local_devices()[0])
+    _runtime.wait_before_eager_callback(device)
+    tap.call([np.asarray(x) for x in leaves],
+             device if with_device else None)
+    return
+  _tap.id_tap(tap, leaves, tap_with_device=with_device,
+              callback_flavor=CallbackFlavor.DEBUG)
+
+
+def callback(callback: Callable[..., Any] | None = None, *args: Any,
+             ordered: bool = False, partitioned: bool = False,
+             **kwargs: Any) -> Any:
+  """``jax.debug.callback`` on host_callback's taps.
+
+  Calls ``callback(*args, **kwargs)`` on the host, asynchronously, with the
+  array leaves as numpy arrays (see the module's docstring for ``vmap``,
+  ``grad`` and eager calls).  As in JAX, ``callback(ordered=...,
+  partitioned=...)`` without a function returns the function that takes
+  it (the two-call form).
+
+  Args:
+    callback: a Python function returning None.
+    *args: its positional arguments (pytrees; non-array leaves are static).
+    ordered: JAX's ordered effect.  Every callback of host_callback runs in
+      program order on its device, ordered or not.
+    partitioned: accepted; the function gets logical (whole) values.
+    **kwargs: its keyword arguments.
+
+  Returns:
+    None; in the two-call form, the function that takes the callback.
+
+  Raises:
+    TypeError: ``callback`` is not callable; arguments in the first call of
+      the two-call form.
+  """
+  del ordered, partitioned  # see the docstring
+
+  def _callback(func: Callable[..., Any], *c_args: Any,
+                **c_kwargs: Any) -> None:
+    if not callable(func):
+      raise TypeError("first argument to jax.debug.callback must be "
+                      f"callable, but got an object of type {type(func)}")
+    _issue(func, c_args, c_kwargs)
+
+  if callback is not None:
+    _callback(callback, *args, **kwargs)
+    return None
+  if args or kwargs:
+    raise TypeError("debug_callback received unexpected arguments in the "
+                    f"two-call form: {args=} {kwargs=}")
+  return _callback
+
+
+class _FormatChecker(string.Formatter):
+  """JAX's check of a ``debug.print`` format: every argument is used."""
+
+  def format_field(self, value: Any, format_spec: str) -> str:
+    del value, format_spec
+    return ""
+
+  def check_unused_args(self, used_args: Any, args: Sequence[Any],
+                        kwargs: Any) -> None:
+    unused_args = [arg for i, arg in enumerate(args) if i not in used_args]
+    unused_kwargs = [k for k in kwargs if k not in used_args]
+    if unused_args:
+      raise ValueError(
+          f"Unused positional arguments to `jax.debug.print`: {unused_args}")
+    if unused_kwargs:
+      raise ValueError(
+          f"Unused keyword arguments to `jax.debug.print`: {unused_kwargs}. "
+          "You may be passing an f-string (i.e, `f\"{x}\"`) into "
+          "`jax.debug.print` and instead should pass in a regular string.")
+
+
+def _needs_jax_arrays(fmt: str, has_placeholders: bool,
+                      args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+  """Whether the text of ``fmt`` formatted with numpy arrays may differ
+  from its text with ``jax.Array``s: a field with a conversion other than
+  ``!s``, with attribute or index access, or an argument that is not one
+  array (a container's ``str`` is its elements' ``repr``)."""
+  if any(not jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(a))
+         for a in (*args, *kwargs.values())):
+    return True
+  if not has_placeholders:
+    return False
+  for _, field, spec, conversion in string.Formatter().parse(fmt):
+    if field is None:
+      continue
+    if conversion not in (None, "s") or "." in field or "[" in field:
+      return True
+    if spec and "{" in spec:  # a nested field
+      return True
+  return False
+
+
+class _Print:
+  """Formats and writes one ``debug.print``/``debug.log`` (JAX's
+  ``_format_print_callback``): ``fmt.format(*args, **kwargs)`` with numpy's
+  print options of the trace, or, without placeholders, ``fmt`` and the
+  ``str`` of each argument joined by spaces; then one line to
+  ``sys.stdout``, or one record to JAX's debug logger with the device in
+  its ``extra`` (``record.device``)."""
+
+  __slots__ = ("fmt", "np_printoptions", "has_placeholders", "as_jax", "log",
+               "_key", "__weakref__")
+
+  def __init__(self, fmt: str, has_placeholders: bool, as_jax: bool,
+               log: tuple[str, int] | None):
+    self.fmt = fmt
+    self.np_printoptions = np.get_printoptions()
+    self.has_placeholders = has_placeholders
+    self.as_jax = as_jax
+    self.log = log  # (pathname, lineno) of the user's debug.log
+    self._key = (fmt, has_placeholders, as_jax, log,
+                 tuple((k, _frozen(v))
+                       for k, v in sorted(self.np_printoptions.items())))
+
+  def __call__(self, *args: Any, **kwargs: Any) -> None:
+    self.emit(args, kwargs, None)
+
+  def emit(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+           device: Any) -> None:
+    """Formats ``args`` and ``kwargs`` and writes the text (or logs it,
+    with ``device``)."""
+    if self.as_jax:
+      args, kwargs = _on_cpu((args, kwargs))
+    if self.has_placeholders:
+      if np.get_printoptions() == self.np_printoptions:
+        # Mostly so (numpy's defaults): entering np.printoptions costs
+        # several times the rest of a print.
+        msg = self.fmt.format(*args, **kwargs)
+      else:
+        with np.printoptions(**self.np_printoptions):
+          msg = self.fmt.format(*args, **kwargs)
+    else:
+      msg = " ".join((self.fmt, *(str(a) for a in args)))
+    if self.log is None:
+      sys.stdout.write(msg + "\n")
+      return
+    pathname, lineno = self.log
+    record = _LOG.makeRecord(_LOG.name, logging.INFO, pathname, lineno, msg,
+                             (), None, extra={"device": device})
+    _LOG.handle(record)
+
+  def __hash__(self) -> int:
+    return hash(self._key)
+
+  def __eq__(self, other: object) -> bool:
+    return isinstance(other, _Print) and other._key == self._key
+
+  def __repr__(self) -> str:
+    return "debug.log" if self.log else "debug.print"
+
+
+def _on_cpu(tree: Any) -> Any:
+  """``tree`` with its numpy arrays as ``jax.Array``s on the first CPU
+  device, as JAX's debug callbacks receive them."""
+  cpu = jax.local_devices(backend="cpu")[0]
+  return jax.tree_util.tree_map(
+      lambda x: jax.device_put(x, cpu) if isinstance(x, np.ndarray) else x,
+      tree)
+
+
+def _user_frame() -> tuple[str, int]:
+  """The file and line of the user's call (the first frame outside
+  host_callback and JAX)."""
+  frame = sys._getframe(1)
+  while frame is not None:
+    path = os.path.abspath(frame.f_code.co_filename)
+    if not path.startswith(_INTERNAL_DIRS):
+      return frame.f_code.co_filename, frame.f_lineno
+    frame = frame.f_back  # type: ignore[assignment]
+  return "(unknown file)", 0
+
+
+def _print(fmt: str, args: tuple[Any, ...], kwargs: dict[str, Any], *,
+           skip_format_check: bool, use_logging: bool) -> None:
+  if not skip_format_check:
+    _FormatChecker().format(fmt, *args, **kwargs)
+  # Any field (JAX looks at the first only, and fails on a format that
+  # starts with an escaped brace, "{{x}} {y}").
+  has_placeholders = any(field is not None
+                         for _, field, _, _ in string.Formatter().parse(fmt))
+  printer = _Print(fmt, has_placeholders,
+                   _needs_jax_arrays(fmt, has_placeholders, args, kwargs),
+                   _user_frame() if use_logging else None)
+  _issue(printer, args, kwargs, with_device=use_logging)
+
+
+def print(fmt: str | None = None, *args: Any, ordered: bool = False,
+          partitioned: bool = False, skip_format_check: bool = False,
+          **kwargs: Any) -> Any:
+  """``jax.debug.print`` on host_callback's taps.
+
+  Prints ``fmt.format(*args, **kwargs)`` (``str.format``, not an f-string:
+  formatting is delayed), with numpy's print options of the trace, as one
+  line to ``sys.stdout``, asynchronously (one line per batch element under
+  ``vmap``).  The text is JAX's, character for character.  A format without
+  placeholders prints ``fmt`` then each argument's ``str``, space
+  separated.  As in JAX, ``print(ordered=...)`` without a format returns
+  the function that takes it.
+
+  Args:
+    fmt: the format string, e.g. ``"x={x:.3f}"``.
+    *args: positional arguments of ``fmt.format``.
+    ordered: JAX's ordered effect (every print is in program order here).
+    partitioned: accepted; prints logical (whole) values.
+    skip_format_check: do not check that every argument is used.
+    **kwargs: keyword arguments of ``fmt.format``.
+
+  Returns:
+    None; in the two-call form, the function that takes the format.
+
+  Raises:
+    ValueError: an argument is unused by ``fmt`` (JAX's check).
+  """
+  return _print_api(fmt, args, kwargs, ordered=ordered,
+                    partitioned=partitioned,
+                    skip_format_check=skip_format_check, use_logging=False)
+
+
+def log(fmt: str | None = None, *args: Any, ordered: bool = False,
+        partitioned: bool = False, skip_format_check: bool = False,
+        **kwargs: Any) -> Any:
+  """``jax.debug.log`` on host_callback's taps: :func:`print`'s text as one
+  ``logging`` record per print (level ``INFO``, logger
+  ``jax._src.debugging`` as JAX's, the file and line of the call), handed
+  to the logger's handlers (``Logger.handle``, as JAX does), with the
+  device that printed in the record's ``extra``: ``record.device``.
+
+  Args and Returns: as :func:`print`.
+  """
+  return _print_api(fmt, args, kwargs, ordered=ordered,
+                    partitioned=partitioned,
+                    skip_format_check=skip_format_check, use_logging=True)
+
+
+def _print_api(fmt: str | None, args: tuple[Any, ...],
+               kwargs: dict[str, Any], *, ordered: bool, partitioned: bool,
+               skip_format_check: bool, use_logging: bool) -> Any:
+  del ordered, partitioned  # see the module's docstring
+
+  def _debug_print(fmt: str, *c_args: Any, **c_kwargs: Any) -> None:
+    _print(fmt, c_args, c_kwargs, skip_format_check=skip_format_check,
+           use_logging=use_logging)
+
+  if fmt is not None:
+    _debug_print(fmt, *args, **kwargs)
+    return None
+  if args or kwargs:
+    raise TypeError("debug_print received unexpected arguments in the "
+                    f"two-call form: {args=} {kwargs=}")
+  return _debug_print
+

@@ -1,0 +1,743 @@
+"""The drop-ins for JAX's callback APIs against JAX's own, in the same
+process: host_callback.pure_callback / io_callback against jax.pure_callback
+/ jax.experimental.io_callback (results, the arguments the callback sees,
+errors), host_callback.debug.callback / print / log against jax.debug's
+(calls, text character for character, log records), under jit, vmap, grad,
+scan, cond, while_loop, shard_map, pmap and jit over sharded operands; and
+id_print / id_tap routed to a logging.Logger."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax import lax
+from jax.experimental import io_callback as jax_io_callback
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import host_callback as hcb
+from host_callback import debug as hdebug
+
+from conftest import DTYPES, run_python
+
+DEBUGS = {"jax": jax.debug, "hcb": hdebug}
+PURES = {"jax": jax.pure_callback, "hcb": hcb.pure_callback}
+IOS = {"jax": jax_io_callback, "hcb": hcb.io_callback}
+
+
+def flush() -> None:
+  jax.effects_barrier()
+  hcb.barrier_wait()
+
+
+def texts(capsys, run) -> dict[str, str]:
+  """What ``run(debug_module)`` prints with JAX's and with ours."""
+  out = {}
+  for name, mod in DEBUGS.items():
+    run(mod)
+    flush()
+    out[name] = capsys.readouterr().out
+  return out
+
+
+def assert_same_text(capsys, run, sort: bool = False) -> str:
+  got = texts(capsys, run)
+  if sort:  # several devices print at once: lines may interleave
+    got = {k: "".join(sorted(v.splitlines(keepends=True)))
+           for k, v in got.items()}
+  assert got["hcb"] == got["jax"]
+  assert got["jax"]
+  return got["jax"]
+
+
+@pytest.mark.parametrize("ours, theirs", [
+    (hcb.pure_callback, jax.pure_callback),
+    (hcb.io_callback, jax_io_callback),
+    (hdebug.callback, jax.debug.callback),
+    (hdebug.print, jax.debug.print),
+    (hdebug.log, jax.debug.log),
+], ids=["pure_callback", "io_callback", "callback", "print", "log"])
+def test_signatures_are_jaxs(ours, theirs):
+  def params(f):
+    return [(p.name, p.kind, p.default)
+            for p in inspect.signature(f).parameters.values()
+            if p.name != "_use_logging"]  # JAX's private switch of log
+  assert params(ours) == params(theirs)
+
+
+# ---- debug.print: the text --------------------------------------------------
+
+def _values():
+  values = {}
+  for dtype in DTYPES:
+    name = np.dtype(dtype).name
+    values[f"{name}[2,3]"] = (np.arange(6) % 4).reshape(2, 3).astype(dtype)
+    values[f"{name}[]"] = np.array(3, dtype)
+  values["float32[0]"] = np.zeros((0,), np.float32)
+  values["float32[2000]"] = np.linspace(0, 1, 2000, dtype=np.float32)
+  values["float32 specials"] = np.array([np.nan, -np.inf, 1e-9, 1e9, -0.0],
+                                        np.float32)
+  values["int32[2,2,2]"] = np.arange(8, dtype=np.int32).reshape(2, 2, 2)
+  values["python int"] = 7
+  values["python float"] = 0.1
+  values["python bool"] = True
+  return values
+
+
+VALUES = _values()
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("key", list(VALUES))
+def test_print_of_each_value_is_jaxs_text(capsys, key, jit):
+  value = VALUES[key]
+
+  def run(mod):
+    def f(x):
+      mod.print("x={x} {}", x, x=x)
+      mod.print("no placeholders", x, skip_format_check=True)
+    (jax.jit(f) if jit else f)(value)
+
+  assert_same_text(capsys, run)
+
+
+@pytest.mark.parametrize("fmt", [
+    "{x:.3f}", "{x:>12.4e}", "{x:+}", "{x!s}", "{x!r}", "{x!a}", "{x.shape}",
+    "{x.dtype} {y[1]}", "{0} {1:.2f} {x}", "{x} {{literal}}", "",
+])
+def test_print_format_specs_are_jaxs(capsys, fmt):
+  def run(mod):
+    @jax.jit
+    def f(x, y):
+      if fmt == "{0} {1:.2f} {x}":
+        mod.print(fmt, y, x, x=x)
+      elif fmt == "{x.dtype} {y[1]}":
+        mod.print(fmt, x=x, y=y)
+      elif fmt == "":
+        mod.print(fmt)
+      else:
+        mod.print(fmt, x=x)
+    f(jnp.float32(2.5), jnp.arange(3, dtype=jnp.int32))
+
+  assert_same_text(capsys, run)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_print_format_specs_of_scalars_of_each_dtype(capsys, dtype):
+  x = np.array(2, dtype)
+  kind = np.dtype(dtype).kind
+  fmt = {"f": "{x:.3f} {x:>10} {x:e}", "V": "{x:.3f} {x:>10}",
+         "c": "{x:.2f} {x:>20}", "b": "{x:>6} {x!s}"}.get(kind, "{x:04d} {x:x}")
+
+  def run(mod):
+    jax.jit(lambda v: mod.print(fmt, x=v))(x)
+
+  assert_same_text(capsys, run)
+
+
+def test_print_of_pytrees_is_jaxs(capsys):
+  tree = {"b": (jnp.ones(2), [jnp.int32(3)]), "a": None}
+
+  def run(mod):
+    @jax.jit
+    def f(t):
+      t = {**t, "c": "text"}  # a static leaf
+      mod.print("{t} | {a} | {}", t["b"], t=t, a=t["b"][0])
+      mod.print("tree", t, skip_format_check=True)
+    f(tree)
+
+  assert_same_text(capsys, run)
+
+
+def test_print_uses_numpys_print_options_of_the_trace(capsys):
+  x = jnp.linspace(0, 1, 7)
+
+  def run(mod):
+    f = jax.jit(lambda v: mod.print("{v}", v=v))
+    with np.printoptions(precision=2, suppress=True, linewidth=20):
+      f.lower(x)  # traced here: the options are taken now
+      f(x)
+    f(x)  # the same compiled program
+
+  text = assert_same_text(capsys, run)
+  assert "0.17" in text
+
+
+def test_print_formats_a_format_that_starts_with_an_escaped_brace(capsys):
+  # JAX looks for placeholders in the first field only, and fails here.
+  jax.jit(lambda x: hdebug.print("{{literal}} {x}", x=x))(jnp.float32(1.))
+  flush()
+  assert capsys.readouterr().out == "{literal} 1.0\n"
+
+
+def test_print_checks_its_arguments_as_jax_does():
+  for mod in DEBUGS.values():
+    with pytest.raises(ValueError) as jax_error:
+      jax.debug.print("{x}", 1, x=2)
+    with pytest.raises(ValueError) as our_error:
+      mod.print("{x}", 1, x=2)
+    assert str(our_error.value) == str(jax_error.value)
+    with pytest.raises(ValueError, match="f-string"):
+      mod.print("x", y=2)
+
+
+def test_the_two_call_forms(capsys):
+  def run(mod):
+    mod.print(ordered=True)("a {x}", x=jnp.arange(2))
+    mod.callback(ordered=True)(lambda v: print("cb", v), jnp.float32(1.))
+    jax.jit(lambda v: mod.print(ordered=True, partitioned=False)("b {}", v))(
+        jnp.float32(2.))
+
+  assert_same_text(capsys, run)
+  for mod in DEBUGS.values():
+    with pytest.raises(TypeError, match="two-call form"):
+      mod.print(None, 1)
+    with pytest.raises(TypeError, match="two-call form"):
+      mod.callback(None, 1)
+
+
+# ---- debug.callback: the calls ----------------------------------------------
+
+class Calls:
+  def __init__(self):
+    self.lock = threading.Lock()
+    self.calls = []
+
+  def __call__(self, *args, **kwargs):
+    with self.lock:
+      self.calls.append((
+          jax.tree_util.tree_map(lambda a: np.asarray(a).tolist(), args),
+          jax.tree_util.tree_map(lambda a: np.asarray(a).tolist(), kwargs)))
+
+
+def calls_of(run):
+  """The calls of the callback in ``run(debug_module, callback)``, with
+  JAX's and with ours."""
+  got = {}
+  for name, mod in DEBUGS.items():
+    calls = Calls()
+    run(mod, calls)
+    flush()
+    got[name] = calls.calls
+  return got
+
+
+def assert_same_calls(run, sort=False):
+  got = calls_of(run)
+  if sort:
+    got = {k: sorted(v, key=repr) for k, v in got.items()}
+  assert got["hcb"] == got["jax"]
+  assert got["jax"]
+  return got["jax"]
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_callback_args_kwargs_and_static_leaves(jit):
+  def run(mod, cb):
+    def f(x):
+      mod.callback(cb, x, "static", None, {"k": (x * 2, 3)}, key=x + 1,
+                   label="s")
+    (jax.jit(f) if jit else f)(jnp.arange(3.))
+
+  assert_same_calls(run)
+
+
+@pytest.mark.parametrize("in_axes", [0, 1, (1, None)])
+def test_callback_under_nested_vmap_is_called_per_element_in_jaxs_order(
+    in_axes):
+  x = jnp.arange(24.).reshape(2, 3, 4)
+  y = jnp.float32(10.)
+
+  def run(mod, cb):
+    # Ordered: JAX's unordered callbacks in one program run in any order.
+    g = lambda a, b: mod.callback(cb, a, b=b, ordered=True)
+    axes = in_axes if isinstance(in_axes, tuple) else (in_axes, None)
+    jax.jit(jax.vmap(jax.vmap(g, in_axes=(0, None)), in_axes=axes))(x, y)
+
+  assert len(assert_same_calls(run)) == 6
+
+
+def test_callback_and_print_under_vmap_of_unbatched_and_batched(capsys):
+  def run(mod):
+    def f(a, b):
+      mod.print("a={a} b={b}", a=a, b=b)
+      mod.callback(lambda u: print("cb", u), b)
+    jax.vmap(f, in_axes=(0, None))(jnp.arange(3), jnp.float32(5.))
+
+  assert_same_text(capsys, run)
+
+
+def test_print_under_grad_prints_primal_values_only(capsys):
+  def run(mod):
+    def f(x):
+      mod.print("x={x}", x=x)
+      y = jnp.sin(x) * x
+      mod.print("y={y}", y=y)
+      return y
+    jax.grad(f)(1.5)
+    jax.jit(jax.grad(f))(2.5)
+    jax.jvp(f, (1.,), (1.,))
+    jax.vmap(jax.grad(f))(jnp.arange(2.))
+
+  assert_same_text(capsys, run)
+
+
+def test_callback_inside_custom_jvp_rule_sees_tangents_not_cotangents():
+  def run(mod, cb):
+    @jax.custom_jvp
+    def f(x):
+      return jnp.sin(x)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+      (x,), (t,) = primals, tangents
+      mod.callback(cb, t, "tangent")
+      return f(x), jnp.cos(x) * t
+
+    jax.grad(f)(1.)
+    jax.jvp(f, (1.,), (3.,))
+
+  assert_same_calls(run)
+
+
+def test_callback_under_grad_of_checkpoint_runs_again_in_the_remat():
+  def run(mod, cb):
+    def g(x):
+      mod.callback(cb, x)
+      return jnp.sin(x)
+    jax.grad(jax.checkpoint(g))(1.)
+
+  assert len(assert_same_calls(run)) == 2
+
+
+def test_print_in_scan_cond_and_while_loop(capsys):
+  def run(mod):
+    # Ordered: XLA may run JAX's unordered callbacks of one program in any
+    # order (ours are in program order either way).
+    mod = type("Ordered", (), {"print": staticmethod(
+        partial(mod.print, ordered=True))})
+    def body(c, x):
+      mod.print("scan c={c} x={x}", c=c, x=x)
+      return c + x, c
+
+    def loop(i):
+      return i < 3
+
+    def step(i):
+      lax.cond(i % 2 == 0, lambda: mod.print("even {}", i),
+               lambda: mod.print("odd {}", i))
+      return i + 1
+
+    @jax.jit
+    def f(xs):
+      lax.scan(body, 0., xs)
+      lax.while_loop(loop, step, 0)
+      lax.fori_loop(0, 2, lambda i, c: (mod.print("fori {i}", i=i), c)[1], 0)
+
+    f(jnp.arange(3.))
+
+  assert_same_text(capsys, run)
+
+
+def test_print_under_vmap_of_cond_and_while_with_batched_predicates(capsys):
+  # JAX runs both branches of a batched cond (a select), and a batched
+  # loop's body for every element until all are done: debug prints show it.
+  def run(mod):
+    # Ordered: under jit XLA may run JAX's unordered ones in any order.
+    p = partial(mod.print, ordered=True)
+
+    def f(i):
+      lax.cond(i % 2 == 0, lambda: p("even {}", i), lambda: p("odd {}", i))
+      lax.while_loop(lambda c: c < i,
+                     lambda c: (p("body {} {}", i, c), c + 1)[1], 0)
+    jax.vmap(f)(jnp.arange(3))
+    jax.jit(jax.vmap(f))(jnp.arange(3))
+
+  assert_same_text(capsys, run)
+  with pytest.raises(NotImplementedError, match="batched predicate"):
+    jax.vmap(lambda i: lax.cond(i > 0, lambda: hcb.id_print(i),
+                                lambda: i))(jnp.arange(2))
+
+
+def test_print_in_a_while_loop_predicate_with_a_known_trip_count(capsys):
+  # XLA runs such a loop without its condition: the print must still run.
+  def run(mod):
+    def loop(i):
+      mod.print("cond i={i}", i=i, ordered=True)
+      return i < 2
+    jax.jit(lambda: lax.while_loop(loop, lambda i: i + 1, 0))()
+
+  assert_same_text(capsys, run)
+
+
+# ---- several devices --------------------------------------------------------
+
+def _mesh():
+  return jax.sharding.Mesh(np.array(jax.devices()), ("d",))
+
+
+def test_print_under_shard_map_prints_each_shard(capsys):
+  n = len(jax.devices())
+  assert n >= 2
+
+  def run(mod):
+    f = jax.jit(jax.shard_map(lambda v: (mod.print("shard {v}", v=v), v)[1],
+                              mesh=_mesh(), in_specs=P("d"),
+                              out_specs=P("d")))
+    f(jnp.arange(2. * n))
+
+  text = assert_same_text(capsys, run, sort=True)
+  assert len(text.splitlines()) == n
+
+
+def test_print_under_eager_shard_map_prints_each_shard(capsys):
+  n = len(jax.devices())
+
+  def run(mod):
+    jax.shard_map(lambda v: (mod.print("shard {v}", v=v), v)[1],
+                  mesh=_mesh(), in_specs=P("d"), out_specs=P("d"))(
+                      jnp.arange(2. * n))
+
+  assert len(assert_same_text(capsys, run, sort=True).splitlines()) == n
+
+
+def test_callback_under_pmap_is_called_per_device():
+  n = len(jax.devices())
+
+  def run(mod, cb):
+    jax.pmap(lambda v: mod.callback(cb, v * 2))(jnp.arange(float(n)))
+
+  assert len(assert_same_calls(run, sort=True)) == n
+
+
+def test_print_under_jit_over_sharded_operands_prints_the_whole_value(capsys):
+  n = len(jax.devices())
+  x = jax.device_put(jnp.arange(4. * n), NamedSharding(_mesh(), P("d")))
+
+  def run(mod):
+    jax.jit(lambda v: mod.print("all {v}", v=v * 2))(x)
+
+  text = assert_same_text(capsys, run)
+  assert len(text.splitlines()) == 1
+
+
+# ---- asynchrony, barriers, errors --------------------------------------------
+
+@pytest.mark.parametrize("barrier", ["effects_barrier", "barrier_wait"])
+def test_debug_callbacks_are_asynchronous_and_flushed_by_barriers(barrier):
+  done = []
+
+  def slow(x):
+    time.sleep(0.2)
+    done.append(float(x))
+
+  f = jax.jit(lambda x: hdebug.callback(slow, x))
+  for i in range(3):
+    f(jnp.float32(i))
+  if barrier == "effects_barrier":
+    jax.effects_barrier()
+  else:
+    hcb.barrier_wait()
+  assert done == [0., 1., 2.]
+
+
+def test_callback_errors_eagerly_raise_and_under_jit_reach_barrier_wait():
+  def bad(x):
+    raise ZeroDivisionError("bad value")
+
+  for mod in DEBUGS.values():  # eagerly both raise the exception itself
+    with pytest.raises(ZeroDivisionError, match="bad value"):
+      mod.callback(bad, 1.)
+  # Under jit ours is a tap: the computation goes on, barrier_wait raises.
+  jax.jit(lambda x: hdebug.callback(bad, x))(1.)
+  with pytest.raises(hcb.CallbackException, match="bad value"):
+    hcb.barrier_wait()
+  with pytest.raises(TypeError, match="must be callable"):
+    hdebug.callback(1, 2)
+
+
+# ---- debug.log ---------------------------------------------------------------
+
+def log_each(mod, x):
+  jax.jit(jax.vmap(lambda v: mod.log("v={v:.1f}", v=v)))(x)
+
+
+LOG_LINE = log_each.__code__.co_firstlineno + 1
+
+
+def test_log_emits_one_record_per_print_like_jaxs_with_the_device(caplog):
+  records = {}
+  for name, mod in DEBUGS.items():
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="jax._src.debugging"):
+      log_each(mod, jnp.arange(3.))
+      flush()
+    records[name] = [r for r in caplog.records
+                     if r.name == "jax._src.debugging"]
+  assert ([r.getMessage() for r in records["hcb"]] ==
+          [r.getMessage() for r in records["jax"]] ==
+          ["v=0.0", "v=1.0", "v=2.0"])
+  for ours, theirs in zip(records["hcb"], records["jax"]):
+    assert (ours.levelno, ours.pathname, ours.lineno) == (
+        theirs.levelno, theirs.pathname, theirs.lineno)
+    assert ours.pathname == __file__ and ours.lineno == LOG_LINE
+    assert ours.device == jax.devices()[0]
+
+
+def test_log_eagerly_names_the_device_of_its_argument(caplog):
+  x = jax.device_put(jnp.float32(1.), jax.devices()[1])
+  with caplog.at_level(logging.INFO, logger="jax._src.debugging"):
+    hdebug.log("x={}", x)
+  (record,) = [r for r in caplog.records if r.name == "jax._src.debugging"]
+  assert record.getMessage() == "x=1.0" and record.device == jax.devices()[1]
+
+
+# ---- pure_callback ---------------------------------------------------------
+
+def _pure_run(pc, x, **kw):
+  shapes = (jax.ShapeDtypeStruct(x.shape, x.dtype),
+            {"n": jax.ShapeDtypeStruct((), jnp.int32)})
+  return pc(lambda a, *, scale: (np.sin(a) * scale, {"n": a.size}), shapes,
+            x, scale=np.float32(2.), **kw)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_pure_callback_results_equal_jaxs(jit):
+  x = jnp.arange(6.).reshape(2, 3)
+  outs = {k: (jax.jit(partial(_pure_run, pc)) if jit else
+              partial(_pure_run, pc))(x) for k, pc in PURES.items()}
+  jax.tree_util.tree_map(np.testing.assert_array_equal, outs["hcb"],
+                         outs["jax"])
+  assert (jax.tree_util.tree_structure(outs["hcb"]) ==
+          jax.tree_util.tree_structure(outs["jax"]))
+  assert outs["hcb"][1]["n"].dtype == jnp.int32
+
+
+def test_pure_callback_result_conversion_is_jaxs():
+  # A Python float fills float32[], a list of leaves fills a tuple: JAX
+  # counts leaves and converts each with np.asarray.
+  shapes = (jax.ShapeDtypeStruct((), jnp.float32),
+            jax.ShapeDtypeStruct((2,), jnp.int32))
+  for pc in PURES.values():
+    out = jax.jit(lambda x: pc(lambda a: [1.5, np.array([1, 2])], shapes,
+                               x))(1.)
+    assert float(out[0]) == 1.5 and out[1].tolist() == [1, 2]
+    assert out[0].dtype == jnp.float32 and out[1].dtype == jnp.int32
+    # One declared leaf: a result wrapped in a tuple is its one leaf.
+    one = jax.jit(lambda x: pc(lambda a: (a * 2,), shapes[0], x))(1.)
+    assert float(one) == 2. and one.dtype == jnp.float32
+    two = jax.jit(lambda x: pc(lambda a: (a, a), shapes[0], x))
+    with pytest.raises(jax.errors.JaxRuntimeError):
+      two(1.).block_until_ready()
+  with pytest.raises(hcb.CallbackException):
+    hcb.barrier_wait()
+
+
+@pytest.mark.parametrize("vmap_method", ["sequential", "sequential_unrolled",
+                                         "expand_dims", "broadcast_all",
+                                         "legacy_vectorized"])
+def test_pure_callback_under_vmap_by_method_is_jaxs(vmap_method):
+  x = jnp.arange(8.).reshape(4, 2)
+  y = jnp.ones(2, jnp.float32)
+  seen = {}
+  outs = {}
+  for name, pc in PURES.items():
+    shapes = []
+
+    def host(a, b):
+      shapes.append((np.shape(a), np.shape(b)))
+      return np.asarray(a + b, np.float32)
+
+    def f(a, b):
+      return pc(host, jax.ShapeDtypeStruct(a.shape, a.dtype), a, b,
+                vmap_method=vmap_method)
+
+    outs[name] = jax.jit(jax.vmap(f, in_axes=(0, None)))(x, y)
+    seen[name] = shapes
+  np.testing.assert_array_equal(outs["hcb"], outs["jax"])
+  assert seen["hcb"] == seen["jax"]
+
+
+def test_pure_callback_errors_are_jaxs():
+  s = jax.ShapeDtypeStruct((), jnp.float32)
+  cases = [
+      lambda pc: jax.grad(lambda x: pc(np.sin, s, x))(1.),
+      lambda pc: jax.jvp(lambda x: pc(np.sin, s, x), (1.,), (1.,)),
+      lambda pc: jax.vmap(lambda x: pc(np.sin, s, x))(jnp.ones(2)),
+      lambda pc: pc(np.sin, s, 1., vmap_method="loop"),
+      lambda pc: pc(np.sin, jax.ShapeDtypeStruct((), jnp.float64), 1.),
+  ]
+  for case in cases:
+    with pytest.raises(Exception) as theirs:
+      case(jax.pure_callback)
+    with pytest.raises(type(theirs.value)) as ours:
+      case(hcb.pure_callback)
+    if not isinstance(theirs.value, NotImplementedError):
+      assert str(ours.value) == str(theirs.value)
+
+
+def test_pure_callback_wrong_result_fails_the_computation_like_jaxs():
+  s = jax.ShapeDtypeStruct((2,), jnp.float32)
+  for name, pc in PURES.items():
+    f = jax.jit(lambda x: pc(lambda a: a, s, x))
+    with pytest.raises(jax.errors.JaxRuntimeError):
+      f(1.).block_until_ready()
+    if name == "hcb":
+      with pytest.raises(hcb.CallbackException):
+        hcb.barrier_wait()
+
+
+def test_pure_callback_with_unused_result_may_be_removed():
+  for pc in PURES.values():
+    calls = []
+
+    def host(a):
+      calls.append(a)
+      return a
+
+    jax.jit(lambda x: (pc(host, jax.ShapeDtypeStruct((), jnp.float32), x),
+                       x + 1)[1])(1.)
+    flush()
+    assert calls == []
+
+
+def test_pure_callback_sharding_picks_the_calling_device():
+  n = len(jax.devices())
+  x = jax.device_put(jnp.arange(2. * n), NamedSharding(_mesh(), P("d")))
+  dev = jax.devices()[1]
+  calls = []
+  out = jax.jit(lambda v: hcb.pure_callback(
+      lambda a: (calls.append(1), a * 2)[1],
+      jax.ShapeDtypeStruct(v.shape, v.dtype), v,
+      sharding=jax.sharding.SingleDeviceSharding(dev)))(x)
+  # (JAX 0.10.2's own returns zeros here.)
+  np.testing.assert_array_equal(out, np.arange(2. * n) * 2)
+  assert calls == [1]
+  with pytest.raises(NotImplementedError, match="SingleDeviceSharding"):
+    jax.jit(lambda v: hcb.pure_callback(
+        lambda a: a, jax.ShapeDtypeStruct(v.shape, v.dtype), v,
+        sharding=NamedSharding(_mesh(), P("d"))))(x)
+
+
+@pytest.mark.parametrize("api", ["pure", "io"])
+def test_callbacks_under_shard_map_run_per_shard_like_jaxs(api):
+  n = len(jax.devices())
+  x = jax.device_put(jnp.arange(2. * n), NamedSharding(_mesh(), P("d")))
+  outs = {}
+  for name in DEBUGS:
+    fn = (PURES if api == "pure" else IOS)[name]
+    f = jax.jit(jax.shard_map(
+        lambda v: fn(lambda a: a * 10 + len(a),
+                     jax.ShapeDtypeStruct(v.shape, v.dtype), v),
+        mesh=_mesh(), in_specs=P("d"), out_specs=P("d")))
+    outs[name] = np.asarray(f(x))
+  np.testing.assert_array_equal(outs["hcb"], outs["jax"])
+  np.testing.assert_array_equal(outs["hcb"], np.arange(2. * n) * 10 + 2)
+
+
+def test_pure_callback_64_bit_results_with_x64():
+  proc = run_python("""
+      import jax, jax.numpy as jnp, numpy as np
+      import host_callback as hcb
+      s = jax.ShapeDtypeStruct((2,), jnp.float64)
+      for pc in (jax.pure_callback, hcb.pure_callback):
+        out = jax.jit(lambda x: pc(lambda a: a * 2, s, x))(
+            np.array([1.5, 2.5]))
+        print(out.dtype, out.tolist())
+  """, env={"JAX_ENABLE_X64": "1", "JAX_NUM_CPU_DEVICES": "1"})
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.splitlines() == ["float64 [3.0, 5.0]"] * 2
+
+
+# ---- io_callback -------------------------------------------------------------
+
+def test_io_callback_results_order_and_vmap_are_jaxs():
+  got = {}
+  for name, io in IOS.items():
+    calls = []
+
+    def host(a, b):
+      calls.append((float(a), float(b)))
+      return np.float32(a * b)
+
+    def body(c, x):
+      return c + io(host, jax.ShapeDtypeStruct((), jnp.float32), x, c), None
+
+    @jax.jit
+    def f(xs):
+      total, _ = lax.scan(body, 1., xs)
+      batched = jax.vmap(lambda v: io(host, jax.ShapeDtypeStruct(
+          (), jnp.float32), v, 2.))(xs)
+      io(host, jax.ShapeDtypeStruct((), jnp.float32), total, 0.)  # unused
+      return total, batched
+
+    out = f(jnp.arange(1., 4.))
+    flush()
+    got[name] = (jax.tree_util.tree_map(np.asarray, out), calls)
+  np.testing.assert_array_equal(got["hcb"][0][0], got["jax"][0][0])
+  np.testing.assert_array_equal(got["hcb"][0][1], got["jax"][0][1])
+  assert got["hcb"][1] == got["jax"][1]
+  assert len(got["jax"][1]) == 7
+
+
+def test_io_callback_errors_are_jaxs():
+  s = jax.ShapeDtypeStruct((), jnp.float32)
+  cases = [
+      lambda io: jax.grad(lambda x: io(np.sin, s, x))(1.),
+      lambda io: jax.vmap(lambda x: io(np.sin, s, x, ordered=True))(
+          jnp.ones(2)),
+  ]
+  for case in cases:
+    with pytest.raises(Exception) as theirs:
+      case(jax_io_callback)
+    with pytest.raises(type(theirs.value)) as ours:
+      case(hcb.io_callback)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_ordered_io_callbacks_run_in_program_order():
+  calls = []
+
+  def host(tag, x):
+    calls.append((str(tag), float(x)))
+    return x
+
+  s = jax.ShapeDtypeStruct((), jnp.float32)
+
+  @jax.jit
+  def f(x):
+    for i in range(5):
+      x = hcb.io_callback(partial(host, f"c{i}"), s, x + 1, ordered=True)
+    return x
+
+  assert float(f(0.)) == 5.
+  assert [c[0] for c in calls] == [f"c{i}" for i in range(5)]
+
+
+# ---- id_print and id_tap to a logger -----------------------------------------
+
+def test_id_print_and_id_tap_log_one_record_per_tap(caplog):
+  log = logging.getLogger("hcb_test_dropins")
+  x = jnp.arange(3, dtype=jnp.int32)
+  with caplog.at_level(logging.INFO, logger="hcb_test_dropins"):
+    jax.jit(lambda v: hcb.id_print(v, output_stream=log, what="a",
+                                   tap_with_device=True))(x)
+    jax.jit(lambda v: hcb.id_tap(log, {"b": v}))(x)
+    jax.jit(jax.vmap(lambda v: hcb.id_tap(log, v)))(x)
+    hcb.barrier_wait()
+  records = [r for r in caplog.records if r.name == "hcb_test_dropins"]
+  assert [r.getMessage() for r in records] == [
+      "device: cpu:0 what: a\n[0 1 2]", "{ b=[0 1 2] }",
+      "transforms: [('batch', {'batch_dims': (0,)})]\n[0 1 2]"]
+  assert [r.levelno for r in records] == [logging.INFO] * 3
+  assert records[0].device == jax.devices()[0]
+  assert records[1].device is None
