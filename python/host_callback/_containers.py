@@ -45,6 +45,12 @@ effect: the cond has no output anyone needs, and the taps have no effect
 (no JVP rule ran for them).  The partial-evaluation rule of ``cond`` is
 wrapped to mark the callbacks directly in its branches the way their
 primitive says (taps: with the effect of a differentiated tap) first.
+
+5. Lowering of a ``while_loop`` whose predicate holds a callback.  XLA
+runs a loop whose trip count it can tell (``i < 3``) without evaluating
+its condition, so the predicate's callbacks would never run: such a loop
+is lowered with the predicate computed in the body and carried (the loop
+of 3.), so that they run once per iteration, in order.
 """
 
 from __future__ import annotations
@@ -315,10 +321,12 @@ _wrapped_count = -1  # how many DCE rules JAX had when they were last wrapped
 def keep_containers() -> None:
   """Makes JAX keep containers (scan, while, cond, jit, ...) whose body
   holds one of our callbacks, refuse vmap of a cond whose branches hold
-  one (unless it is PURE or DEBUG: those may run in every branch), lower
-  a while whose predicate holds one with the predicate in the body (XLA
-  skips the condition of a loop whose trip count it knows), and batch a while whose predicate holds one with the predicate
-  evaluated once per iteration.  Our primitives' abstract evaluation calls it, so it happens when the
+  one (unless it is PURE or DEBUG: those may run in every branch), keep
+  the taps of a cond under partial evaluation, lower a while whose
+  predicate holds one with the predicate in the body (XLA skips the
+  condition of a loop whose trip count it knows), and batch a while whose
+  predicate holds one with the predicate evaluated once per iteration.
+  Our primitives' abstract evaluation calls it, so it happens when the
   first program with a callback is traced; after that it is one comparison.
   Rules that JAX registers later (a module imported afterwards) are wrapped
   at the next call."""
