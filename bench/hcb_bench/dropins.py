@@ -107,7 +107,7 @@ def sinks() -> Iterator[tuple[LineSink, RecordSink]]:
   logger.propagate = False
   logger.setLevel(logging.INFO)
   try:
-    with contextlib.redirect_stdout(lines):  # type: ignore[type-var]
+    with contextlib.redirect_stdout(lines):
       yield lines, records
   finally:
     logger.removeHandler(records)
