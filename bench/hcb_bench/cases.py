@@ -106,10 +106,17 @@ def step_variants(native: Native) -> list[StepVariant]:
 
 
 def measure_per_step(cfg: Config, native: Native) -> dict[str, StepResult]:
-  """Item 1: seconds per scan step of every variant, ``(t(steps) - t(1)) /
-  (steps - 1)``.  A repetition runs the pair of loops ``runs`` times, enough
-  for ``min_rep_s``; the runs of all variants are interleaved."""
-  variants = step_variants(native)
+  """Item 1: seconds per scan step of every variant of
+  :func:`step_variants`."""
+  return measure_variants(cfg, step_variants(native))
+
+
+def measure_variants(cfg: Config, variants: list[StepVariant]
+                     ) -> dict[str, StepResult]:
+  """Seconds per scan step of every variant, ``(t(steps) - t(1)) /
+  (steps - 1)``, over a scan of ``cfg.steps`` steps.  A repetition runs
+  the pair of loops ``runs`` times, enough for ``min_rep_s``; the runs of
+  all variants are interleaved."""
   x = jnp.zeros((), jnp.float32)  # the 4-byte payload
   long_runs, short_runs, runs = {}, {}, {}
   for v in variants:

@@ -18,6 +18,7 @@ from hcb_bench.cases import DispatchResult
 from hcb_bench.cases import PayloadResult
 from hcb_bench.cases import PrintResult
 from hcb_bench.cases import StepResult
+from hcb_bench.dropins import DropinResult
 from hcb_bench.harness import Config
 from hcb_bench.harness import MiB
 from hcb_bench.harness import num
@@ -72,6 +73,17 @@ def gap_notes(m: Measurements, goals: list[Target]) -> list[str]:
         f"`progress.scan_tqdm` {us(r.ours.median)}, jax-tqdm "
         f"{us(r.theirs.median)} per step over a plain scan, for "
         f"{r.updates} updates in {r.steps} steps.")
+  if m.dropins is not None:
+    for p in m.dropins.pairs:
+      if f"dropin_{p.key}" not in missed:
+        continue
+      ours, theirs = p.excess(m.dropins.baseline)
+      ours_dev, theirs_dev = p.excess(m.dropins.baseline, e2e=False)
+      notes.append(
+          f"- **Drop-ins, {p.ours}**: {us(ours.median)} per step end to end "
+          f"({us(ours_dev.median)} device-side) against {p.theirs}'s "
+          f"{us(theirs.median)} ({us(theirs_dev.median)} device-side), over "
+          "an empty step.")
   return notes
 
 
@@ -216,6 +228,46 @@ def progress_section(p: ProgressResult | None) -> list[str]:
   return rows
 
 
+def dropins_section(d: DropinResult | None) -> list[str]:
+  if d is None:
+    return ["Not measured."]
+  us_text = lambda s: s.map(lambda v: v * 1e6).text()  # noqa: E731
+  rows = [
+      f"A scan of {d.steps} steps, `carry = f(carry) + 1`, where `f` calls "
+      "back with the carry (a float32 scalar) and returns it: through "
+      "`pure_callback` an identity function, otherwise a function that "
+      "counts its calls, or a print (`\"h x={x}\"` and `\"j x={x}\"`) "
+      "into a null `sys.stdout` (redirected alike for both), or a log "
+      "record into a null handler of the `jax._src.debugging` logger "
+      "(which both log to). Measured as section 1: a step costs "
+      "(t(N steps) − t(1 step)) / (N − 1), minus the empty step, "
+      "repetition by repetition; device-side until the scan's result is "
+      "ready, end to end until every callback has run. The ratio is "
+      "JAX's end-to-end cost over ours (the target: ≥ 20×)."
+      + ("" if d.has_log else
+         " This JAX has no `jax.debug.log`: `debug.log` is not measured."),
+      "",
+      "| drop-in | JAX | ours µs/step device-side | ours µs/step end to end "
+      "| JAX µs/step device-side | JAX µs/step end to end | JAX / ours "
+      "| callbacks run (ours, JAX) |",
+      "|---|---|---:|---:|---:|---:|---:|---:|"]
+  for p in d.pairs:
+    ours, theirs = p.excess(d.baseline)
+    ours_dev, theirs_dev = p.excess(d.baseline, e2e=False)
+    ratio = p.speedup(d.baseline)
+    run = " ".join(
+        "–" if r.delivered is None else f"{r.delivered}/{r.expected}"
+        for r in (p.ours_result, p.theirs_result))
+    rows.append(
+        f"| {p.ours} | {p.theirs} | {us_text(ours_dev)} | {us_text(ours)} | "
+        f"{us_text(theirs_dev)} | {us_text(theirs)} | "
+        f"{'–' if ratio is None else f'{ratio:.1f}×'} | {run} |")
+  base = d.baseline
+  rows += ["", f"The empty step: {us_text(base.device)} µs device-side, "
+           f"{us_text(base.end_to_end)} µs end to end."]
+  return rows
+
+
 def report(cfg: Config, m: Measurements, goals: list[Target],
            wall_s: float) -> str:
   """RESULTS.md."""
@@ -275,6 +327,8 @@ def report(cfg: Config, m: Measurements, goals: list[Target],
       *backpressure_section(m.backpressure), "",
       "## 6. Progress bars", "",
       *progress_section(m.progress), "",
+      "## 7. Drop-ins against JAX's callbacks", "",
+      *dropins_section(m.dropins), "",
   ]
   if notes:
     lines += ["## What limits the missed targets", "",

@@ -10,11 +10,13 @@ import re
 import subprocess
 import sys
 
+import jax
+
 import host_callback as hcb
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
-TARGETS = 13
+TARGETS = 13 + 5 + hasattr(jax.debug, "log")  # + the drop-ins'
 TARGET_LINE = re.compile(r"^- \*\*(met|NOT MET|NOT MEASURED)\*\* — \S")
 COUNT = re.compile(r"^(\d+)/(\d+)$")
 
@@ -57,13 +59,15 @@ def test_smoke_run_writes_results_and_plots(tmp_path):
   assert ("NOT MEASURED" in printing[0]) == (not hasattr(hcb, "id_print"))
 
   headings = [line for line in text.splitlines() if line.startswith("## ")]
-  for n in range(1, 7):
+  for n in range(1, 8):
     assert any(h.startswith(f"## {n}. ") for h in headings), headings
 
   # Every callback the harness counted ran: "run/expected" cells match.
   per_step = section(text, next(h for h in headings if h.startswith("## 1.")))
   payload = section(text, next(h for h in headings if h.startswith("## 2.")))
-  cells = table_column(per_step, -1) + table_column(payload, -1)
+  dropins = section(text, next(h for h in headings if h.startswith("## 7.")))
+  cells = (table_column(per_step, -1) + table_column(payload, -1) +
+           [c for cell in table_column(dropins, -1) for c in cell.split()])
   counted = [COUNT.match(c) for c in cells if c != "–"]
   assert counted and all(m and m[1] == m[2] for m in counted), cells
 
