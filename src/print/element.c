@@ -313,6 +313,73 @@ hcb__format_elem(const elem_format *ef, const char *p, char *out)
     }
 }
 
+/* ---- numpy's str() of scalars ---------------------------------------------
+ */
+
+/* numpy's str() of one float scalar (scalartypes.c, genfloattype_str):
+ * the shortest round-trip digits, positional for 1e-4 <= |x| < 1e16 (1e6
+ * for float32, 1e3 for float16, as numpy 2 has it) and for zero, else
+ * scientific; `trim` for positional, "1e+16" for
+ * scientific; NaN never signed. */
+static size_t
+scalar_float_str(hcb_dtype t, const void *p, hcb__trim trim, bool sign,
+                 char *out)
+{
+    hcb__d4_options d = {false, true, -1, -1, HCB__TRIM_POINT,
+                         false, -1,   -1, -1};
+    hcb__fp f;
+    double v, a;
+
+    hcb__load_float(t, p, &f, &v);
+    if (f.nan) {
+        memcpy(out, "nan", 3);
+        return 3;
+    }
+    if (f.inf) {
+        memcpy(out, f.negative ? "-inf" : sign ? "+inf" : "inf", 3 + 1);
+        return f.negative || sign ? 4 : 3;
+    }
+    a = fabs(v);
+    d.scientific = !(v == 0 || (a < (t == HCB_F16   ? 1e3
+                                     : t == HCB_F32 ? 1e6
+                                                    : 1e16) &&
+                                a >= 1e-4));
+    d.trim = d.scientific ? HCB__TRIM_POINT : trim;
+    d.sign = sign;
+    return hcb__d4_format(out, &f, &d);
+}
+
+size_t
+hcb__format_scalar_str(hcb_dtype t, const char *p, char *out)
+{
+    hcb_dtype part = t == HCB_C64 ? HCB_F32 : HCB_F64;
+    const char *im = p + hcb_dtype_size(t) / 2;
+    hcb__fp re;
+    double v;
+    size_t n = 0;
+
+    if (is_float(t))
+        return scalar_float_str(t, p, HCB__TRIM_ONE, false, out);
+    if (!is_complex(t))
+        return 0;
+    /* numpy follows Python: "2j" for a real part of +0, else "(a+bj)",
+     * both parts without trailing zeros, and non-finite parts spelled out */
+    hcb__load_float(part, p, &re, &v);
+    if (v == 0 && !re.negative) {
+        n = scalar_float_str(part, im, HCB__TRIM_POINT, false, out);
+        out[n++] = 'j';
+        return n;
+    }
+    out[n++] = '(';
+    n += scalar_float_str(part, p, HCB__TRIM_POINT, false, out + n);
+    hcb__load_float(part, im, &re, &v);
+    if (re.nan) /* numpy signs a NaN imaginary part, whatever its sign bit */
+        out[n++] = '+';
+    n += scalar_float_str(part, im, HCB__TRIM_POINT, true, out + n);
+    memcpy(out + n, "j)", 2);
+    return n + 2;
+}
+
 /* ---- which dtypes the printer prints ---------------------------------------
  */
 

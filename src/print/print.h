@@ -101,6 +101,10 @@ void hcb__fill_elem(elem_format *ef, const shape *sh,
 /* One element's text into `out` (ELEM_BUFSIZE bytes); returns its length. */
 size_t hcb__format_elem(const elem_format *ef, const char *p, char *out);
 
+/* numpy's str() of one float or complex scalar of type t into `out`
+ * (ELEM_BUFSIZE bytes); returns its length, 0 for any other type. */
+size_t hcb__format_scalar_str(hcb_dtype t, const char *p, char *out);
+
 /* ---- arrays (array.c), for the values (value.c) ---------------------------
  */
 
@@ -112,5 +116,9 @@ int hcb__check_print_options(const hcb_print_options *o, hcb_error *err);
 /* Appends the text of `a` to `out`; checks the view first. */
 int hcb__append_array(textbuf *out, const hcb_array *a,
                       const hcb_print_options *o, hcb_error *err);
+/* Appends numpy's str() of `a` to `out`: its text for rank >= 1, the
+ * scalar's str() (options ignored) for rank 0; checks the view first. */
+int hcb__append_str(textbuf *out, const hcb_array *a,
+                    const hcb_print_options *o, hcb_error *err);
 
 #endif /* HCB_PRINT_H */
