@@ -437,8 +437,8 @@ def _c_layout(printer: _Print, args: tuple[Any, ...], kwargs: dict[str, Any],
   static_at = {i for i, _ in static}
   # Each argument is one leaf (as_jax is False): its flat index, then its
   # index among the array leaves.
-  flat_of = {**{i: i for i in range(len(args))},
-             **{k: len(args) + i for i, k in enumerate(sorted(kwargs))}}
+  flat_of: dict[int | str, int] = {i: i for i in range(len(args))}
+  flat_of.update((k, len(args) + i) for i, k in enumerate(sorted(kwargs)))
   dynamic_of = {f: n for n, f in enumerate(
       f for f in range(len(args) + len(kwargs)) if f not in static_at)}
   text = _id_print.PrintNode(_hcb.PRINT_TEXT, 0, None, "")
