@@ -408,8 +408,9 @@ def _on_cpu(tree: Any) -> Any:
 
 class _CLayout(NamedTuple):
   """How a debug.print is formatted in C (id_print's C target,
-  ``_hcb.register_print``): a CONCAT of its literal text and the numpy
-  ``str`` (PRINT_STR) of each replacement field.  The tap receives the
+  ``_hcb.register_print``): a CONCAT of its literal text and the text of
+  each replacement field (PRINT_FIELD: ``format(x, "")``), or of the format
+  and the ``str`` of each argument (PRINT_STR) without placeholders.  The tap receives the
   array leaves in field order (``order``: for each field, its index among
   the call's array leaves; an argument used twice is tapped twice);
   ``first`` takes them back to argument order for the Python path."""
@@ -442,7 +443,10 @@ def _c_layout(printer: _Print, args: tuple[Any, ...], kwargs: dict[str, Any],
   dynamic_of = {f: n for n, f in enumerate(
       f for f in range(len(args) + len(kwargs)) if f not in static_at)}
   text = _id_print.PrintNode(_hcb.PRINT_TEXT, 0, None, "")
-  value = _id_print.PrintNode(_hcb.PRINT_STR, 0, None, None)
+  # format(x, "") in a field; str(x) after a format without placeholders
+  # (they differ for 0-d arrays: the Python scalar's str, numpy's).
+  field_node = _id_print.PrintNode(_hcb.PRINT_FIELD, 0, None, None)
+  str_node = _id_print.PrintNode(_hcb.PRINT_STR, 0, None, None)
   children: list[_id_print.PrintNode] = []
   fields: list[Any] = []
   if printer.has_placeholders:
@@ -470,11 +474,11 @@ def _c_layout(printer: _Print, args: tuple[Any, ...], kwargs: dict[str, Any],
       if (key not in kwargs) if isinstance(key, str) else key >= len(args):
         return None
       fields.append(key)
-      children.append(value)
+      children.append(field_node)
   else:  # fmt, then the str of each positional argument, space separated
     children.append(text._replace(text=printer.fmt))
     for i in range(len(args)):
-      children.extend((text._replace(text=" "), value))
+      children.extend((text._replace(text=" "), str_node))
       fields.append(i)
   order = []
   for key in fields:

@@ -311,7 +311,7 @@ const hcb_print_options hcb__default_print_options = HCB_PRINT_OPTIONS_INIT;
 
 int
 hcb__append_str(textbuf *out, const hcb_array *a, const hcb_print_options *o,
-                hcb_error *err)
+                bool field, hcb_error *err)
 {
     char word[ELEM_BUFSIZE];
     shape sh;
@@ -326,7 +326,8 @@ hcb__append_str(textbuf *out, const hcb_array *a, const hcb_print_options *o,
     rc = make_shape(&sh, a, &hcb__default_print_options, &n, err);
     if (rc != HCB_OK)
         return rc;
-    n = hcb__format_scalar_str(a->dtype, a->data, word);
+    n = field ? hcb__format_scalar_field(a->dtype, a->data, word)
+              : hcb__format_scalar_str(a->dtype, a->data, word);
     if (n == 0)
         return hcb__append_array(out, a, &hcb__default_print_options, err);
     hcb__textbuf_put(out, word, n);

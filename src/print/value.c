@@ -3,7 +3,7 @@
  * arrays (array.c) the way JAX's pretty printer lays them out, on one line
  * when they fit, else one child per line, nested two columns deeper; and
  * hcb_format_value.  debug.print's text is the same tree: a CONCAT of its
- * literal TEXT nodes and a STR node for each replacement field.
+ * literal TEXT nodes and a FIELD node for each replacement field.
  */
 #include <fenv.h>
 #include <string.h>
@@ -35,7 +35,8 @@ static const char *const closes[] = {"", "", " )", " ]", " }"};
 static bool
 takes_array(hcb_print_kind kind)
 {
-    return kind == HCB_PRINT_ARRAY || kind == HCB_PRINT_STR;
+    return kind == HCB_PRINT_ARRAY || kind == HCB_PRINT_STR ||
+           kind == HCB_PRINT_FIELD;
 }
 
 /* Checks the subtree at `i`, formats its arrays, computes widths; returns
@@ -63,6 +64,7 @@ measure(tree *t, size_t i, bool in_dict, int depth)
     switch (nd->kind) {
     case HCB_PRINT_ARRAY:
     case HCB_PRINT_STR:
+    case HCB_PRINT_FIELD:
         if (t->next_array >= t->narrays) {
             t->rc = hcb_error_set(t->err, HCB_EINVAL,
                                   "print nodes use more than the %zu arrays "
@@ -71,9 +73,9 @@ measure(tree *t, size_t i, bool in_dict, int depth)
             return t->nnodes + 1;
         }
         t->start[i] = t->texts.len;
-        t->rc = nd->kind == HCB_PRINT_STR
+        t->rc = nd->kind != HCB_PRINT_ARRAY
                     ? hcb__append_str(&t->texts, &t->arrays[t->next_array],
-                                      t->o, t->err)
+                                      t->o, nd->kind == HCB_PRINT_FIELD, t->err)
                     : hcb__append_array(&t->texts, &t->arrays[t->next_array],
                                         t->o, t->err);
         if (t->rc != HCB_OK)
@@ -116,7 +118,7 @@ measure(tree *t, size_t i, bool in_dict, int depth)
         return j;
     default:
         t->rc = hcb_error_set(t->err, HCB_EINVAL,
-                              "print node %zu has kind %d, expected 0..6", i,
+                              "print node %zu has kind %d, expected 0..7", i,
                               (int)nd->kind);
         return t->nnodes + 1;
     }

@@ -1083,15 +1083,16 @@ test_reentrant(void **state)
         assert_int_equal(jobs[i].mismatches, 0);
 }
 
-/* debug.print's text: CONCAT joins literal text and the str() of each
+/* debug.print's text: CONCAT joins literal text and the text of each
  * field with nothing between; STR is numpy's str(): the array's text for
- * rank >= 1, the scalar's str() for rank 0 (print options ignored). */
+ * rank >= 1, the scalar's str() for rank 0 (print options ignored); FIELD
+ * is format(x, ""): for rank 0 the str() of the Python scalar. */
 static void
 test_concat_and_str(void **state)
 {
     const int64_t i3[3] = {1, 2, 3}, d3[1] = {3};
     const double big = 1e20, tenth = 0.1, plain = 123456789.5;
-    const float f32 = 1e6f;
+    const float f32 = 1e6f, tenth32 = 0.1f;
     const uint16_t f16 = 0x63ce; /* 999 */
     const double c128[2] = {1.0, -2.5}, imag[2] = {0.0, 2.0};
     const double nan_im[2] = {1.0, NAN};
@@ -1105,6 +1106,7 @@ test_concat_and_str(void **state)
         NODE(STR, 0, NULL, NULL), NODE(TEXT, 0, NULL, " y="),
         NODE(STR, 0, NULL, NULL)};
     const hcb_print_node lone[1] = {NODE(STR, 0, NULL, NULL)};
+    const hcb_print_node field[1] = {NODE(FIELD, 0, NULL, NULL)};
     const hcb_print_node empty[1] = {NODE(CONCAT, 0, NULL, NULL)};
     const hcb_print_node in_tuple[4] = {
         NODE(TUPLE, 1, NULL, NULL), NODE(CONCAT, 2, NULL, NULL),
@@ -1142,6 +1144,19 @@ test_concat_and_str(void **state)
     check_value(lone, 1, &a, 1, &plus, "-7");
     a = view(HCB_BOOL, 0, NULL, &no);
     check_value(lone, 1, &a, 1, &plus, "False");
+    /* FIELD: "{}".format(x), the Python scalar's str for 0-d */
+    a = view(HCB_F32, 0, NULL, &tenth32);
+    check_value(field, 1, &a, 1, NULL, "0.10000000149011612");
+    check_value(lone, 1, &a, 1, NULL, "0.1");
+    a = view(HCB_F32, 0, NULL, &f32);
+    check_value(field, 1, &a, 1, NULL, "1000000.0");
+    a = view(HCB_F16, 0, NULL, &f16);
+    check_value(field, 1, &a, 1, NULL, "999.0");
+    a = view(HCB_C128, 0, NULL, imag);
+    check_value(field, 1, &a, 1, NULL, "2j");
+    a = view(HCB_S32, 0, NULL, &minus);
+    check_value(field, 1, &a, 1, &plus, "-7");
+    check_value(field, 1, arrays, 1, &plus, "[+1 +2 +3]");
 }
 
 int
