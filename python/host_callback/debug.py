@@ -28,6 +28,11 @@ from the ``transforms`` the tap receives:
 Arguments that are not arrays (strings, ``None``, other objects) are static,
 as in JAX: they are kept with the tap site and passed back unchanged.
 
+A ``debug.print`` whose fields are plain replacement fields over arrays
+(``{}``, ``{0}``, ``{name}``) is formatted in C, without the GIL, by
+id_print's C target (``_c_layout``; docs/printing.md); the rest is
+formatted in Python, with the same text.
+
 Where JAX and host_callback differ (README.md):
 
 - the function receives numpy arrays (JAX: ``jax.Array``s copied onto its
