@@ -185,7 +185,10 @@ class _DebugTap:
       if name == "transpose":  # a tap on cotangents: JAX calls nothing
         return
       if name == "batch":
-        batch_dims.append(tuple(params["batch_dims"]))
+        dims = tuple(params["batch_dims"])  # one per tapped leaf
+        if self.layout is not None:
+          dims = tuple(dims[k] for k in self.layout.first)
+        batch_dims.append(dims)
     for leaves in _elements(list(flat), batch_dims):
       self.call(leaves, device)
 
