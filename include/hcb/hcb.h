@@ -538,11 +538,22 @@ HCB_API int hcb_format_array(const hcb_array *a, const hcb_print_options *opts,
  * preorder.  A container node is followed by its `count` children (each a
  * whole subtree); an array node takes the next array of the list. */
 typedef enum hcb_print_kind {
-    HCB_PRINT_ARRAY = 0, /* the next array, as hcb_format_array prints it */
-    HCB_PRINT_TEXT = 1,  /* `text` as is */
-    HCB_PRINT_TUPLE = 2, /* ( a b ) */
-    HCB_PRINT_LIST = 3,  /* [ a b ] */
-    HCB_PRINT_DICT = 4   /* { k=a l=b }: children carry their `key` */
+    HCB_PRINT_ARRAY = 0,  /* the next array, as hcb_format_array prints it */
+    HCB_PRINT_TEXT = 1,   /* `text` as is */
+    HCB_PRINT_TUPLE = 2,  /* ( a b ) */
+    HCB_PRINT_LIST = 3,   /* [ a b ] */
+    HCB_PRINT_DICT = 4,   /* { k=a l=b }: children carry their `key` */
+    HCB_PRINT_CONCAT = 5, /* ab: the children's texts one after the other,
+                             nothing between or around them */
+    HCB_PRINT_STR = 6,    /* the next array as numpy's str() prints it:
+                             hcb_format_array's text for rank >= 1, the
+                             scalar's str() (print options ignored) for
+                             rank 0, e.g. "0.1", "1e+16", "(1+2j)" */
+    HCB_PRINT_FIELD = 7   /* the next array as a plain "{}" field of Python's
+                             str.format prints it (format(a, "")): as STR
+                             for rank >= 1; for rank 0 the str() of the
+                             Python bool, int, float or complex numpy makes
+                             of it, e.g. float32 0.1: "0.10000000149011612" */
 } hcb_print_kind;
 
 typedef struct hcb_print_node {
@@ -552,7 +563,8 @@ typedef struct hcb_print_node {
     const char *text; /* TEXT: the text; else NULL */
 } hcb_print_node;
 
-/* Formats a value the way id_print does: containers as "( a b )", "[ a b ]"
+/* Formats a value the way id_print does (and debug.print, with CONCAT, TEXT,
+ * STR and FIELD nodes): containers as "( a b )", "[ a b ]"
  * and "{ k=a }", on one line when they fit in `opts->width` columns, else
  * one child per line indented by two per level (JAX's pretty printer), with
  * arrays as hcb_format_array prints them.  `nodes` must describe exactly

@@ -549,7 +549,8 @@ texts_for_unprinted(hcb_print_node *nodes, size_t nnodes, PyObject *aseq,
     for (i = 0; i < nnodes && k < n; i++) {
         PyObject *text;
 
-        if (nodes[i].kind != HCB_PRINT_ARRAY)
+        if (nodes[i].kind != HCB_PRINT_ARRAY &&
+            nodes[i].kind != HCB_PRINT_STR && nodes[i].kind != HCB_PRINT_FIELD)
             continue;
         if (hcb_print_supports(views[k].dtype)) {
             views[kept++] = views[k++];

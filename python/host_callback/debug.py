@@ -28,6 +28,11 @@ from the ``transforms`` the tap receives:
 Arguments that are not arrays (strings, ``None``, other objects) are static,
 as in JAX: they are kept with the tap site and passed back unchanged.
 
+A ``debug.print`` whose fields are plain replacement fields over arrays
+(``{}``, ``{0}``, ``{name}``) is formatted in C, without the GIL, by
+id_print's C target (``_c_layout``; docs/printing.md); the rest is
+formatted in Python, with the same text.
+
 Where JAX and host_callback differ (README.md):
 
 - the function receives numpy arrays (JAX: ``jax.Array``s copied onto its
@@ -48,16 +53,19 @@ Where JAX and host_callback differ (README.md):
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import string
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import numpy as np
 
+from host_callback import _hcb
 from host_callback import _leaves
+from host_callback import _print as _id_print
 from host_callback import _runtime
 from host_callback import _tap
 from host_callback._types import CallbackFlavor
@@ -67,6 +75,11 @@ __all__ = ["callback", "log", "print"]
 # jax.debug.log's logger: handlers and filters set up for JAX's records get
 # the drop-in's too.
 _LOG = logging.getLogger("jax._src.debugging")
+
+# How the debug.print sites registered so far print: "c" (formatted in C,
+# the GIL taken only to write) or "python" (the tap formats in Python).
+# Tests read it to tell which path a format takes.
+_print_paths: collections.Counter[str] = collections.Counter()
 
 # Frames in these directories are not the user's (the source of a log
 # record is the user's call of debug.log).
@@ -147,26 +160,35 @@ class _DebugTap:
   argument structure and static arguments, so that re-tracing reuses the
   compiled tap."""
 
-  __slots__ = ("func", "in_tree", "static", "with_device", "_key",
+  __slots__ = ("func", "in_tree", "static", "with_device", "layout", "_key",
                "__weakref__")
 
   def __init__(self, func: Callable[..., Any], in_tree: Any,
-               static: tuple[tuple[int, Any], ...], with_device: bool):
+               static: tuple[tuple[int, Any], ...], with_device: bool,
+               layout: _CLayout | None = None):
     self.func = func
     self.in_tree = in_tree
     self.static = static
     self.with_device = with_device
+    # A debug.print formatted in C: the tap gets the leaves in field order.
+    self.layout = layout
     self._key = (_frozen(func), in_tree,
-                 tuple((i, _frozen(v)) for i, v in static), with_device)
+                 tuple((i, _frozen(v)) for i, v in static), with_device,
+                 layout)
 
   def __call__(self, flat: list[np.ndarray], transforms: Sequence[Any],
                device: Any = None) -> None:
+    if self.layout is not None:  # back from field order to argument order
+      flat = [flat[k] for k in self.layout.first]
     batch_dims = []
     for name, params in transforms:
       if name == "transpose":  # a tap on cotangents: JAX calls nothing
         return
       if name == "batch":
-        batch_dims.append(tuple(params["batch_dims"]))
+        dims = tuple(params["batch_dims"])  # one per tapped leaf
+        if self.layout is not None:
+          dims = tuple(dims[k] for k in self.layout.first)
+        batch_dims.append(dims)
     for leaves in _elements(list(flat), batch_dims):
       self.call(leaves, device)
 
@@ -177,6 +199,24 @@ class _DebugTap:
       self.func.emit(args, kwargs, device)
     else:
       self.func(*args, **kwargs)
+
+  def register_tap_site(self, site: _runtime.TapSite) -> int:
+    """Registers ``site`` (whose func is this tap): a debug.print with a C
+    layout, untransformed, is id_print's C target (``_hcb.register_print``)
+    when libhcb prints its dtypes; anything else a Python tap."""
+    target = None
+    if (self.layout is not None and not site.transforms and
+        not site.with_device):
+      target = _hcb.register_print(
+          site=site, name="debug.print", nodes=self.layout.nodes,
+          kv_before="", kv_after="", with_device=False, devices={},
+          options=self.layout.options, stream=None,
+          dtypes=self.layout.dtypes)
+    if isinstance(self.func, _Print):
+      _print_paths["python" if target is None else "c"] += 1
+    if target is None:
+      return _hcb.register_tap(site=site, name=_runtime.callable_name(self))
+    return target
 
   def __hash__(self) -> int:
     return hash(self._key)
@@ -201,8 +241,10 @@ def _issue(func: Callable[..., Any], args: tuple[Any, ...],
   tap of the array leaves (``with_device``: a ``_Print`` also gets the
   device)."""
   in_tree, dynamic, static = _split(args, kwargs)
-  tap = _DebugTap(func, in_tree, static, with_device)
   leaves = [_leaves.as_array(x) for x in dynamic]
+  layout = (_c_layout(func, args, kwargs, leaves, static)
+            if isinstance(func, _Print) else None)
+  tap = _DebugTap(func, in_tree, static, with_device, layout)
   if not (_leaves.any_tracer(leaves) if leaves else _tracing()):
     # Eagerly, as JAX: at once, in this thread, after the callbacks
     # issued before (program order).
@@ -212,6 +254,8 @@ def _issue(func: Callable[..., Any], args: tuple[Any, ...],
     tap.call([np.asarray(x) for x in leaves],
              device if with_device else None)
     return
+  if layout is not None:
+    leaves = [leaves[j] for j in layout.order]
   _tap.id_tap(tap, leaves, tap_with_device=with_device,
               callback_flavor=CallbackFlavor.DEBUG)
 
@@ -368,6 +412,97 @@ def _on_cpu(tree: Any) -> Any:
   return jax.tree_util.tree_map(
       lambda x: jax.device_put(x, cpu) if isinstance(x, np.ndarray) else x,
       tree)
+
+
+class _CLayout(NamedTuple):
+  """How a debug.print is formatted in C (id_print's C target,
+  ``_hcb.register_print``): a CONCAT of its literal text and the text of
+  each replacement field (PRINT_FIELD: ``format(x, "")``), or of the format
+  and the ``str`` of each argument (PRINT_STR) without placeholders.  The tap receives the
+  array leaves in field order (``order``: for each field, its index among
+  the call's array leaves; an argument used twice is tapped twice);
+  ``first`` takes them back to argument order for the Python path."""
+
+  nodes: tuple[_id_print.PrintNode, ...]
+  order: tuple[int, ...]
+  first: tuple[int, ...]
+  options: _id_print.PrintOptions
+  dtypes: tuple[int, ...]
+
+
+def _c_layout(printer: _Print, args: tuple[Any, ...], kwargs: dict[str, Any],
+              leaves: Sequence[Any], static: tuple[tuple[int, Any], ...]
+              ) -> _CLayout | None:
+  """The C layout of a debug.print, or None where it formats in Python:
+  debug.log, a field with a conversion, a format spec, attribute or index
+  access, or an argument that is not an array (static, or a container);
+  numpy print options the C printer does not implement (``legacy``,
+  ``formatter``); a format that fails (an unknown field, auto and manual
+  numbering mixed: the Python path raises as JAX does).  Which dtypes C
+  prints is libhcb's to say, at registration."""
+  options = _id_print._c_options(printer.np_printoptions, None)
+  if printer.log is not None or printer.as_jax or options is None:
+    return None
+  static_at = {i for i, _ in static}
+  # Each argument is one leaf (as_jax is False): its flat index, then its
+  # index among the array leaves.
+  flat_of: dict[int | str, int] = {i: i for i in range(len(args))}
+  flat_of.update((k, len(args) + i) for i, k in enumerate(sorted(kwargs)))
+  dynamic_of = {f: n for n, f in enumerate(
+      f for f in range(len(args) + len(kwargs)) if f not in static_at)}
+  text = _id_print.PrintNode(_hcb.PRINT_TEXT, 0, None, "")
+  # format(x, "") in a field; str(x) after a format without placeholders
+  # (they differ for 0-d arrays: the Python scalar's str, numpy's).
+  field_node = _id_print.PrintNode(_hcb.PRINT_FIELD, 0, None, None)
+  str_node = _id_print.PrintNode(_hcb.PRINT_STR, 0, None, None)
+  children: list[_id_print.PrintNode] = []
+  fields: list[Any] = []
+  if printer.has_placeholders:
+    auto: int | None = 0
+    try:
+      parsed = list(string.Formatter().parse(printer.fmt))
+    except ValueError:
+      return None
+    for literal, field, spec, conversion in parsed:
+      if literal:
+        children.append(text._replace(text=literal))
+      if field is None:
+        continue
+      if conversion is not None or spec or "." in field or "[" in field:
+        return None
+      if field == "":
+        if auto is None:
+          return None
+        field, auto = str(auto), auto + 1
+      elif field.isdigit():
+        if auto:
+          return None
+        auto = None
+      key: Any = int(field) if field.isdigit() else field
+      if (key not in kwargs) if isinstance(key, str) else key >= len(args):
+        return None
+      fields.append(key)
+      children.append(field_node)
+  else:  # fmt, then the str of each positional argument, space separated
+    children.append(text._replace(text=printer.fmt))
+    for i in range(len(args)):
+      children.extend((text._replace(text=" "), str_node))
+      fields.append(i)
+  order = []
+  for key in fields:
+    flat = flat_of[key]
+    if flat not in dynamic_of:
+      return None
+    order.append(dynamic_of[flat])
+  if sorted(set(order)) != list(range(len(leaves))):
+    return None  # an array argument no field uses
+  return _CLayout(
+      nodes=(_id_print.PrintNode(_hcb.PRINT_CONCAT, len(children), None,
+                                 None), *children),
+      order=tuple(order), first=tuple(order.index(j)
+                                      for j in range(len(leaves))),
+      options=options,
+      dtypes=tuple(_id_print._dtype_code(leaves[j]) for j in order))
 
 
 def _user_frame() -> tuple[str, int]:

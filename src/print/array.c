@@ -309,6 +309,31 @@ hcb__append_array(textbuf *out, const hcb_array *a, const hcb_print_options *o,
 
 const hcb_print_options hcb__default_print_options = HCB_PRINT_OPTIONS_INIT;
 
+int
+hcb__append_str(textbuf *out, const hcb_array *a, const hcb_print_options *o,
+                bool field, hcb_error *err)
+{
+    char word[ELEM_BUFSIZE];
+    shape sh;
+    size_t n = 0;
+    int rc;
+
+    if (a == NULL || a->rank != 0)
+        return hcb__append_array(out, a, o, err);
+    /* A 0-d array prints as its scalar (numpy's _array_str_implementation):
+     * floats and complex by their own rule, the other types as their 0-d
+     * text with numpy's default options (no sign option). */
+    rc = make_shape(&sh, a, &hcb__default_print_options, &n, err);
+    if (rc != HCB_OK)
+        return rc;
+    n = field ? hcb__format_scalar_field(a->dtype, a->data, word)
+              : hcb__format_scalar_str(a->dtype, a->data, word);
+    if (n == 0)
+        return hcb__append_array(out, a, &hcb__default_print_options, err);
+    hcb__textbuf_put(out, word, n);
+    return HCB_OK;
+}
+
 static int
 format_array_in_default_env(const hcb_array *a, const hcb_print_options *opts,
                             char *buf, size_t cap, size_t *len, hcb_error *err)

@@ -112,6 +112,16 @@ hcb__is_small_dtype(hcb_dtype t)
 
 /* One unpacked sub-byte element as text: a decimal integer, or float4's
  * value as ml_dtypes prints it (%g: "0.5", "-0", "6"). */
+static double
+f4e2m1fn_value(unsigned v)
+{
+    /* 1 sign, 2 exponent (bias 1), 1 mantissa bit; no inf or nan */
+    unsigned e = (v >> 1) & 3, m = v & 1;
+    double x = e == 0 ? m * 0.5 : (1 + m * 0.5) * (double)(1u << e) / 2;
+
+    return v & 8 ? -x : x;
+}
+
 static size_t
 format_small(hcb_dtype t, const void *p, char *out)
 {
@@ -121,12 +131,7 @@ format_small(hcb_dtype t, const void *p, char *out)
 
     v &= (1u << bits) - 1;
     if (t == HCB_F4E2M1FN) {
-        /* 1 sign, 2 exponent (bias 1), 1 mantissa bit; no inf or nan */
-        unsigned e = (v >> 1) & 3, m = v & 1;
-
-        x = e == 0 ? m * 0.5 : (1 + m * 0.5) * (double)(1u << e) / 2;
-        if (v & 8)
-            x = -x;
+        x = f4e2m1fn_value(v);
         len = snprintf(out, 32, "%g", x);
     } else if (t == HCB_S2 || t == HCB_S4) {
         int sv = (v & (1u << (bits - 1))) ? (int)v - (1 << bits) : (int)v;
@@ -311,6 +316,110 @@ hcb__format_elem(const elem_format *ef, const char *p, char *out)
             return hcb__format_float(&ef->re, p, out);
         return format_int(ef, p, out);
     }
+}
+
+/* ---- numpy's str() of scalars ---------------------------------------------
+ */
+
+/* numpy's str() of one float scalar (scalartypes.c, genfloattype_str):
+ * the shortest round-trip digits, positional for 1e-4 <= |x| < 1e16 (1e6
+ * for float32, 1e3 for float16, as numpy 2 has it) and for zero, else
+ * scientific; `trim` for positional, "1e+16" for
+ * scientific; NaN never signed. */
+static size_t
+scalar_float_str(hcb_dtype t, const void *p, hcb__trim trim, bool sign,
+                 char *out)
+{
+    hcb__d4_options d = {false, true, -1, -1, HCB__TRIM_POINT,
+                         false, -1,   -1, -1};
+    hcb__fp f;
+    double v, a;
+
+    hcb__load_float(t, p, &f, &v);
+    if (f.nan) {
+        memcpy(out, "nan", 3);
+        return 3;
+    }
+    if (f.inf) {
+        memcpy(out, f.negative ? "-inf" : sign ? "+inf" : "inf", 3 + 1);
+        return f.negative || sign ? 4 : 3;
+    }
+    a = fabs(v);
+    d.scientific = !(v == 0 || (a < (t == HCB_F16   ? 1e3
+                                     : t == HCB_F32 ? 1e6
+                                                    : 1e16) &&
+                                a >= 1e-4));
+    d.trim = d.scientific ? HCB__TRIM_POINT : trim;
+    d.sign = sign;
+    return hcb__d4_format(out, &f, &d);
+}
+
+/* numpy's str() of one complex scalar whose parts are of type `part`. */
+static size_t
+complex_str(hcb_dtype part, const char *p, char *out)
+{
+    const char *im = p + hcb_dtype_size(part);
+    hcb__fp re;
+    double v;
+    size_t n = 0;
+
+    /* numpy follows Python: "2j" for a real part of +0, else "(a+bj)",
+     * both parts without trailing zeros, and non-finite parts spelled out */
+    hcb__load_float(part, p, &re, &v);
+    if (v == 0 && !re.negative) {
+        n = scalar_float_str(part, im, HCB__TRIM_POINT, false, out);
+        out[n++] = 'j';
+        return n;
+    }
+    out[n++] = '(';
+    n += scalar_float_str(part, p, HCB__TRIM_POINT, false, out + n);
+    hcb__load_float(part, im, &re, &v);
+    if (re.nan) /* numpy signs a NaN imaginary part, whatever its sign bit */
+        out[n++] = '+';
+    n += scalar_float_str(part, im, HCB__TRIM_POINT, true, out + n);
+    memcpy(out + n, "j)", 2);
+    return n + 2;
+}
+
+size_t
+hcb__format_scalar_str(hcb_dtype t, const char *p, char *out)
+{
+    if (is_float(t))
+        return scalar_float_str(t, p, HCB__TRIM_ONE, false, out);
+    if (is_complex(t))
+        return complex_str(t == HCB_C64 ? HCB_F32 : HCB_F64, p, out);
+    return 0;
+}
+
+size_t
+hcb__format_scalar_field(hcb_dtype t, const char *p, char *out)
+{
+    double v, c[2];
+    float c64[2];
+    hcb__fp f;
+
+    /* format(x, "") of a numpy scalar formats the Python bool, int, float
+     * or complex it converts to: a float is then a double, whose str is
+     * numpy's float64 str (both are the shortest round-trip digits,
+     * positional for 1e-4 <= |x| < 1e16). */
+    if (is_float(t))
+        hcb__load_float(t, p, &f, &v);
+    else if (t == HCB_BF16)
+        v = bf16_value(p);
+    else if (t == HCB_F4E2M1FN)
+        v = f4e2m1fn_value(*(const uint8_t *)p);
+    else if (t == HCB_C64 || t == HCB_C128) {
+        if (t == HCB_C64) {
+            memcpy(c64, p, sizeof c64);
+            c[0] = c64[0];
+            c[1] = c64[1];
+        } else {
+            memcpy(c, p, sizeof c);
+        }
+        return complex_str(HCB_F64, (const char *)c, out);
+    } else
+        return 0;
+    return scalar_float_str(HCB_F64, &v, HCB__TRIM_ONE, false, out);
 }
 
 /* ---- which dtypes the printer prints ---------------------------------------

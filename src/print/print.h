@@ -101,6 +101,14 @@ void hcb__fill_elem(elem_format *ef, const shape *sh,
 /* One element's text into `out` (ELEM_BUFSIZE bytes); returns its length. */
 size_t hcb__format_elem(const elem_format *ef, const char *p, char *out);
 
+/* numpy's str() of one float or complex scalar of type t into `out`
+ * (ELEM_BUFSIZE bytes); returns its length, 0 for any other type. */
+size_t hcb__format_scalar_str(hcb_dtype t, const char *p, char *out);
+/* format(x, "") of one float, bfloat16, float4 or complex numpy scalar of
+ * type t (the Python float or complex it converts to) into `out`
+ * (ELEM_BUFSIZE bytes); returns its length, 0 for any other type. */
+size_t hcb__format_scalar_field(hcb_dtype t, const char *p, char *out);
+
 /* ---- arrays (array.c), for the values (value.c) ---------------------------
  */
 
@@ -112,5 +120,11 @@ int hcb__check_print_options(const hcb_print_options *o, hcb_error *err);
 /* Appends the text of `a` to `out`; checks the view first. */
 int hcb__append_array(textbuf *out, const hcb_array *a,
                       const hcb_print_options *o, hcb_error *err);
+/* Appends numpy's str() of `a` to `out` (`field`: format(a, ""), as a
+ * "{}" of str.format prints it): its text for rank >= 1, for rank 0 the
+ * scalar's str() (`field`: the str() of the Python scalar it converts
+ * to), options ignored; checks the view first. */
+int hcb__append_str(textbuf *out, const hcb_array *a,
+                    const hcb_print_options *o, bool field, hcb_error *err);
 
 #endif /* HCB_PRINT_H */

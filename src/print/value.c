@@ -2,7 +2,8 @@
  * value.c - id_print's layout of a value: tuples, lists and dicts of
  * arrays (array.c) the way JAX's pretty printer lays them out, on one line
  * when they fit, else one child per line, nested two columns deeper; and
- * hcb_format_value.
+ * hcb_format_value.  debug.print's text is the same tree: a CONCAT of its
+ * literal TEXT nodes and a FIELD node for each replacement field.
  */
 #include <fenv.h>
 #include <string.h>
@@ -30,6 +31,14 @@ typedef struct tree {
 static const char *const opens[] = {"", "", "( ", "[ ", "{ "};
 static const char *const closes[] = {"", "", " )", " ]", " }"};
 
+/* Whether a node takes the next array (ARRAY and STR differ in its text). */
+static bool
+takes_array(hcb_print_kind kind)
+{
+    return kind == HCB_PRINT_ARRAY || kind == HCB_PRINT_STR ||
+           kind == HCB_PRINT_FIELD;
+}
+
 /* Checks the subtree at `i`, formats its arrays, computes widths; returns
  * the index after it, or nnodes + 1 on error (t->rc says which). */
 static size_t
@@ -54,6 +63,8 @@ measure(tree *t, size_t i, bool in_dict, int depth)
     }
     switch (nd->kind) {
     case HCB_PRINT_ARRAY:
+    case HCB_PRINT_STR:
+    case HCB_PRINT_FIELD:
         if (t->next_array >= t->narrays) {
             t->rc = hcb_error_set(t->err, HCB_EINVAL,
                                   "print nodes use more than the %zu arrays "
@@ -62,8 +73,11 @@ measure(tree *t, size_t i, bool in_dict, int depth)
             return t->nnodes + 1;
         }
         t->start[i] = t->texts.len;
-        t->rc = hcb__append_array(&t->texts, &t->arrays[t->next_array], t->o,
-                                  t->err);
+        t->rc = nd->kind != HCB_PRINT_ARRAY
+                    ? hcb__append_str(&t->texts, &t->arrays[t->next_array],
+                                      t->o, nd->kind == HCB_PRINT_FIELD, t->err)
+                    : hcb__append_array(&t->texts, &t->arrays[t->next_array],
+                                        t->o, t->err);
         if (t->rc != HCB_OK)
             return t->nnodes + 1;
         t->next_array++;
@@ -80,13 +94,16 @@ measure(tree *t, size_t i, bool in_dict, int depth)
     case HCB_PRINT_TUPLE:
     case HCB_PRINT_LIST:
     case HCB_PRINT_DICT:
+    case HCB_PRINT_CONCAT:
         if (nd->count < 0) {
             t->rc = hcb_error_set(t->err, HCB_EINVAL,
                                   "print node %zu has %d children", i,
                                   (int)nd->count);
             return t->nnodes + 1;
         }
-        w = 4 + (nd->count > 0 ? (size_t)nd->count - 1 : 0);
+        w = nd->kind == HCB_PRINT_CONCAT
+                ? 0
+                : 4 + (nd->count > 0 ? (size_t)nd->count - 1 : 0);
         for (j = i + 1, c = 0; c < nd->count; c++) {
             size_t child = j;
 
@@ -101,7 +118,7 @@ measure(tree *t, size_t i, bool in_dict, int depth)
         return j;
     default:
         t->rc = hcb_error_set(t->err, HCB_EINVAL,
-                              "print node %zu has kind %d, expected 0..4", i,
+                              "print node %zu has kind %d, expected 0..7", i,
                               (int)nd->kind);
         return t->nnodes + 1;
     }
@@ -116,7 +133,7 @@ render(tree *t, textbuf *out, size_t i, size_t indent, bool flat, size_t *col)
     size_t j;
     int32_t c;
 
-    if (nd->kind == HCB_PRINT_ARRAY) {
+    if (takes_array(nd->kind)) {
         hcb__textbuf_put(out, t->texts.p + t->start[i], t->tlen[i]);
         *col += t->tlen[i];
         return i + 1;
@@ -125,6 +142,11 @@ render(tree *t, textbuf *out, size_t i, size_t indent, bool flat, size_t *col)
         hcb__textbuf_put(out, nd->text, t->width[i]);
         *col += t->width[i];
         return i + 1;
+    }
+    if (nd->kind == HCB_PRINT_CONCAT) {
+        for (j = i + 1, c = 0; c < nd->count; c++)
+            j = render(t, out, j, indent, flat, col);
+        return j;
     }
     flat = flat ||
            *col + t->width[i] <= (size_t)(t->o->width < 0 ? 0 : t->o->width);

@@ -1083,6 +1083,82 @@ test_reentrant(void **state)
         assert_int_equal(jobs[i].mismatches, 0);
 }
 
+/* debug.print's text: CONCAT joins literal text and the text of each
+ * field with nothing between; STR is numpy's str(): the array's text for
+ * rank >= 1, the scalar's str() for rank 0 (print options ignored); FIELD
+ * is format(x, ""): for rank 0 the str() of the Python scalar. */
+static void
+test_concat_and_str(void **state)
+{
+    const int64_t i3[3] = {1, 2, 3}, d3[1] = {3};
+    const double big = 1e20, tenth = 0.1, plain = 123456789.5;
+    const float f32 = 1e6f, tenth32 = 0.1f;
+    const uint16_t f16 = 0x63ce; /* 999 */
+    const double c128[2] = {1.0, -2.5}, imag[2] = {0.0, 2.0};
+    const double nan_im[2] = {1.0, NAN};
+    const int32_t minus = -7;
+    const uint8_t no = 0;
+    const hcb_array arrays[2] = {view(HCB_S64, 1, d3, i3),
+                                 view(HCB_F64, 0, NULL, &big)};
+    /* "x={} y={}!" */
+    const hcb_print_node fmt[5] = {
+        NODE(CONCAT, 4, NULL, NULL), NODE(TEXT, 0, NULL, "x="),
+        NODE(STR, 0, NULL, NULL), NODE(TEXT, 0, NULL, " y="),
+        NODE(STR, 0, NULL, NULL)};
+    const hcb_print_node lone[1] = {NODE(STR, 0, NULL, NULL)};
+    const hcb_print_node field[1] = {NODE(FIELD, 0, NULL, NULL)};
+    const hcb_print_node empty[1] = {NODE(CONCAT, 0, NULL, NULL)};
+    const hcb_print_node in_tuple[4] = {
+        NODE(TUPLE, 1, NULL, NULL), NODE(CONCAT, 2, NULL, NULL),
+        NODE(TEXT, 0, NULL, "a"), NODE(TEXT, 0, NULL, "b")};
+    hcb_print_options plus = defaults();
+    hcb_array a;
+
+    (void)state;
+    plus.sign = '+';
+    plus.precision = 2;
+    check_value(fmt, 5, arrays, 2, NULL, "x=[1 2 3] y=1e+20");
+    /* the options reach arrays, not scalars */
+    check_value(fmt, 5, arrays, 2, &plus, "x=[+1 +2 +3] y=1e+20");
+    check_value(empty, 1, NULL, 0, NULL, "");
+    check_value(in_tuple, 4, NULL, 0, NULL, "( ab )");
+    /* str(np.float64(0.1)), str(np.float64(123456789.5)) */
+    a = view(HCB_F64, 0, NULL, &tenth);
+    check_value(lone, 1, &a, 1, &plus, "0.1");
+    a = view(HCB_F64, 0, NULL, &plain);
+    check_value(lone, 1, &a, 1, NULL, "123456789.5");
+    /* numpy 2 turns float32 scientific at 1e6, float16 at 1e3 */
+    a = view(HCB_F32, 0, NULL, &f32);
+    check_value(lone, 1, &a, 1, NULL, "1e+06");
+    a = view(HCB_F16, 0, NULL, &f16);
+    check_value(lone, 1, &a, 1, NULL, "999.0");
+    /* complex: "(1-2.5j)", "2j", "(1+nanj)" */
+    a = view(HCB_C128, 0, NULL, c128);
+    check_value(lone, 1, &a, 1, NULL, "(1-2.5j)");
+    a = view(HCB_C128, 0, NULL, imag);
+    check_value(lone, 1, &a, 1, NULL, "2j");
+    a = view(HCB_C128, 0, NULL, nan_im);
+    check_value(lone, 1, &a, 1, NULL, "(1+nanj)");
+    /* integers and bools ignore the sign option */
+    a = view(HCB_S32, 0, NULL, &minus);
+    check_value(lone, 1, &a, 1, &plus, "-7");
+    a = view(HCB_BOOL, 0, NULL, &no);
+    check_value(lone, 1, &a, 1, &plus, "False");
+    /* FIELD: "{}".format(x), the Python scalar's str for 0-d */
+    a = view(HCB_F32, 0, NULL, &tenth32);
+    check_value(field, 1, &a, 1, NULL, "0.10000000149011612");
+    check_value(lone, 1, &a, 1, NULL, "0.1");
+    a = view(HCB_F32, 0, NULL, &f32);
+    check_value(field, 1, &a, 1, NULL, "1000000.0");
+    a = view(HCB_F16, 0, NULL, &f16);
+    check_value(field, 1, &a, 1, NULL, "999.0");
+    a = view(HCB_C128, 0, NULL, imag);
+    check_value(field, 1, &a, 1, NULL, "2j");
+    a = view(HCB_S32, 0, NULL, &minus);
+    check_value(field, 1, &a, 1, &plus, "-7");
+    check_value(field, 1, arrays, 1, &plus, "[+1 +2 +3]");
+}
+
 int
 main(void)
 {
@@ -1105,6 +1181,7 @@ main(void)
         cmocka_unit_test(test_empty_and_zero_d),
         cmocka_unit_test(test_snprintf_contract),
         cmocka_unit_test(test_value_snprintf_contract),
+        cmocka_unit_test(test_concat_and_str),
         cmocka_unit_test(test_option_errors),
         cmocka_unit_test(test_array_errors),
         cmocka_unit_test(test_value_errors),
