@@ -34,15 +34,6 @@ _VMAP_METHODS = ["sequential", "sequential_unrolled", "expand_dims",
                  "broadcast_all", "legacy_vectorized", None]
 
 
-def _frozen(value: Any) -> Any:
-  """``value`` if it hashes, else a stand-in compared by identity."""
-  try:
-    hash(value)
-    return value
-  except TypeError:
-    return ("id", id(value))
-
-
 class _FlatCallback:
   """The host function of a drop-in call: called with the list of flat
   leaves, it calls ``callback(*args, **kwargs)`` and returns the leaves of
@@ -78,12 +69,12 @@ class _FlatCallback:
     return leaves[0] if self.one_result and len(leaves) == 1 else leaves
 
   def __hash__(self) -> int:
-    return hash((_frozen(self.callback), self.in_tree, self.one_result))
+    return hash((_runtime.hash_key(self.callback), self.in_tree, self.one_result))
 
   def __eq__(self, other: object) -> bool:
     # == rather than is: a bound method is a new object each time.
     return (isinstance(other, _FlatCallback) and
-            _frozen(other.callback) == _frozen(self.callback) and
+            _runtime.hash_key(other.callback) == _runtime.hash_key(self.callback) and
             other.in_tree == self.in_tree and
             other.one_result == self.one_result)
 

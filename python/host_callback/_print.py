@@ -122,14 +122,6 @@ _DEFAULT_OPTIONS = PrintOptions(
     infstr="inf")
 
 
-def _frozen(value: Any) -> Any:
-  try:
-    hash(value)
-    return value
-  except TypeError:
-    return ("id", id(value))
-
-
 class Printer:
   """The tap function of an ``id_print`` site: what to print besides the
   value, where, and with which numpy print options (taken when the site
@@ -161,7 +153,7 @@ class Printer:
     # write nothing more, rather than one error per tap.
     self.broken = False
     self._key = (self.kwargs, self.threshold, id(output_stream), dtypes,
-                 tuple((k, _frozen(v))
+                 tuple((k, _runtime.hash_key(v))
                        for k, v in sorted(self.numpy_options.items())))
 
   def __hash__(self) -> int:

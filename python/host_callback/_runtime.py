@@ -170,6 +170,16 @@ def hashable_callable(func: Callable[..., Any]) -> Callable[..., Any]:
   return func
 
 
+def hash_key(value: Any) -> Any:
+  """``value`` if it hashes, else a stand-in compared by identity: a part
+  of a site's key (print options, static arguments, callbacks)."""
+  try:
+    hash(value)
+    return value
+  except TypeError:
+    return ("id", id(value))
+
+
 def callable_name(func: Callable[..., Any] | NativeTap | NativeCallback
                   ) -> str:
   """The name messages use for a callback (the runtime keeps

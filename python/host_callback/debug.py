@@ -87,14 +87,6 @@ _INTERNAL_DIRS = (os.path.dirname(os.path.abspath(__file__)),
                   os.path.dirname(os.path.abspath(jax.__file__)))
 
 
-def _frozen(value: Any) -> Any:
-  try:
-    hash(value)
-    return value
-  except TypeError:
-    return ("id", id(value))
-
-
 def _is_array_like(x: Any) -> bool:
   """Whether JAX would make ``x`` an operand (``shaped_abstractify``
   succeeds): arrays, numpy and Python scalars, objects with
@@ -172,8 +164,8 @@ class _DebugTap:
     self.with_device = with_device
     # A debug.print formatted in C: the tap gets the leaves in field order.
     self.layout = layout
-    self._key = (_frozen(func), in_tree,
-                 tuple((i, _frozen(v)) for i, v in static), with_device,
+    self._key = (_runtime.hash_key(func), in_tree,
+                 tuple((i, _runtime.hash_key(v)) for i, v in static), with_device,
                  layout)
 
   def __call__(self, flat: list[np.ndarray], transforms: Sequence[Any],
@@ -365,7 +357,7 @@ class _Print:
     self.as_jax = as_jax
     self.log = log  # (pathname, lineno) of the user's debug.log
     self._key = (fmt, has_placeholders, as_jax, log,
-                 tuple((k, _frozen(v))
+                 tuple((k, _runtime.hash_key(v))
                        for k, v in sorted(self.np_printoptions.items())))
 
   def __call__(self, *args: Any, **kwargs: Any) -> None:
