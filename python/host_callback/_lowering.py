@@ -111,8 +111,8 @@ def _maximal(ctx: mlir.LoweringRuleContext, device_index: int) -> Any:
 def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
                           args: Sequence[Any], *, what: str,
                           has_side_effect: bool, device_index: int,
-                          callback_id: Any, ntapped: Any = None
-                          ) -> Sequence[Any]:
+                          callback_id: Any, ntapped: Any = None,
+                          partitioned: bool = False) -> Sequence[Any]:
   ndevices = _sharded_devices(ctx)
   if not 0 <= device_index < ndevices:
     raise ValueError(
@@ -149,7 +149,7 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
         _hcb.submit_tap(callback_id, key, arrays[:int(ntapped)])
       except Exception as exc:  # for barrier_wait, never for one device
         _runtime.tap_not_queued(what, key, exc)
-      return arrays
+      return () if partitioned else arrays
     outs = tuple(np.zeros(a.shape, a.dtype) for a in out_avals)
     # A failure is parked and raised by every device (hcb_sharded_check
     # below): raising here, on one device, would leave the others waiting
@@ -160,15 +160,23 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
   ctx = ctx.replace(avals_in=(i32, *ctx.avals_in))
   # Ordered (see lower()): JAX's callback takes a token first and returns
   # one first; marked, so that _order.py chains it with the others.
-  ordered = has_side_effect
+  # A partitioned tap (jax.debug's partitioned=True) runs JAX's partitioned
+  # callback as jax.debug does: every device taps its own shard, the
+  # callback returns nothing (the tap's results are its operands), and it
+  # takes no token (XLA's partitioner of that callback refuses one), so it
+  # is not ordered against the program's other callbacks, as in JAX.
+  ordered = has_side_effect and not partitioned
   results, token, _ = _jax.emit_python_callback(
-      ctx, run_on_device, hlo.create_token() if ordered else None,
-      [*ordinal, *args], ctx.avals_in, out_avals,
-      has_side_effect=has_side_effect, returns_token=ordered,
-      sharding=_maximal(ctx, device_index))
+      ctx.replace(avals_out=()) if partitioned else ctx, run_on_device,
+      hlo.create_token() if ordered else None,
+      [*ordinal, *args], ctx.avals_in, () if partitioned else out_avals,
+      has_side_effect=has_side_effect, returns_token=ordered or partitioned,
+      partitioned=partitioned, sharding=_maximal(ctx, device_index))
   if ordered:
     _order.mark_python_callback(token.owner)
     _order.note(ctx)
+  if partitioned:
+    return list(args)
   # Results left on one device come back wrong when they leave the program
   # from a device other than the first (JAX's own callbacks too, in JAX
   # 0.10): replicate them, so every device holds the whole result.
@@ -204,7 +212,7 @@ def _op_sharding(ctx: mlir.LoweringRuleContext) -> Any:
 def lower(ctx: mlir.LoweringRuleContext, target: str, args: Sequence[Any], *,
           what: str, has_side_effect: bool, device_index: int,
           operand_output_aliases: dict[int, int] | None = None,
-          **attributes: Any) -> Sequence[Any]:
+          partitioned: bool = False, **attributes: Any) -> Sequence[Any]:
   """Emits the custom call ``target`` with ``attributes`` (and the sharding
   annotation the context needs); returns its results.
 
@@ -214,7 +222,7 @@ def lower(ctx: mlir.LoweringRuleContext, target: str, args: Sequence[Any], *,
   if _sharded_devices(ctx) > 1:
     return _lower_through_python(
         ctx, target, args, what=what, has_side_effect=has_side_effect,
-        device_index=device_index, **attributes)
+        device_index=device_index, partitioned=partitioned, **attributes)
   ordered = has_side_effect
   sharding = _op_sharding(ctx)
   if ordered:

@@ -79,6 +79,9 @@ def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
       has_side_effect=flavor is not CallbackFlavor.PURE,
       device_index=device_index,
       operand_output_aliases={i: i for i in range(len(args))},
+      # jax.debug's partitioned=True (debug.py): under jit over sharded
+      # operands every device taps its own shard.
+      partitioned=bool(getattr(site.func, "partitioned", False)),
       callback_id=np.uint64(_runtime.lowered_site_id(ctx, site)),
       ntapped=np.int64(ntapped))
 

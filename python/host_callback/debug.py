@@ -47,8 +47,10 @@ Where JAX and host_callback differ (README.md):
 - every callback runs in program order on its device, ``ordered`` or not,
   also under ``pmap``/``shard_map`` (JAX refuses ordered effects on more
   than one device);
-- ``partitioned=True`` is accepted and behaves as ``False`` under ``jit``
-  over sharded operands: the function gets the whole value, once.
+- ``partitioned=True``, as in JAX, matters under ``jit`` over sharded
+  operands only: every device calls the function on its own shard (JAX's
+  partitioned callback hands each device's shard to the runtime, in that
+  device's order); with ``False`` it gets the whole value, once.
 """
 
 from __future__ import annotations
@@ -152,21 +154,24 @@ class _DebugTap:
   argument structure and static arguments, so that re-tracing reuses the
   compiled tap."""
 
-  __slots__ = ("func", "in_tree", "static", "with_device", "layout", "_key",
-               "__weakref__")
+  __slots__ = ("func", "in_tree", "static", "with_device", "layout",
+               "partitioned", "_key", "__weakref__")
 
   def __init__(self, func: Callable[..., Any], in_tree: Any,
                static: tuple[tuple[int, Any], ...], with_device: bool,
-               layout: _CLayout | None = None):
+               layout: _CLayout | None = None, partitioned: bool = False):
     self.func = func
     self.in_tree = in_tree
     self.static = static
     self.with_device = with_device
     # A debug.print formatted in C: the tap gets the leaves in field order.
     self.layout = layout
+    # Under jit over sharded operands, every device taps its own shard (the
+    # tap's lowering reads it: _tap.py).
+    self.partitioned = partitioned
     self._key = (_runtime.hash_key(func), in_tree,
-                 tuple((i, _runtime.hash_key(v)) for i, v in static), with_device,
-                 layout)
+                 tuple((i, _runtime.hash_key(v)) for i, v in static),
+                 with_device, layout, partitioned)
 
   def __call__(self, flat: list[np.ndarray], transforms: Sequence[Any],
                device: Any = None) -> None:
@@ -228,15 +233,17 @@ def _tracing() -> bool:
 
 
 def _issue(func: Callable[..., Any], args: tuple[Any, ...],
-           kwargs: dict[str, Any], *, with_device: bool = False) -> None:
+           kwargs: dict[str, Any], *, with_device: bool = False,
+           partitioned: bool = False) -> None:
   """Calls ``func(*args, **kwargs)`` on the host: eagerly now, or from a
   tap of the array leaves (``with_device``: a ``_Print`` also gets the
-  device)."""
+  device; ``partitioned``: under jit over sharded operands, once per
+  device on its shard)."""
   in_tree, dynamic, static = _split(args, kwargs)
   leaves = [_leaves.as_array(x) for x in dynamic]
   layout = (_c_layout(func, args, kwargs, leaves, static)
             if isinstance(func, _Print) else None)
-  tap = _DebugTap(func, in_tree, static, with_device, layout)
+  tap = _DebugTap(func, in_tree, static, with_device, layout, partitioned)
   if not (_leaves.any_tracer(leaves) if leaves else _tracing()):
     # Eagerly, as JAX: at once, in this thread, after the callbacks
     # issued before (program order).
@@ -268,7 +275,8 @@ def callback(callback: Callable[..., Any] | None = None, *args: Any,
     *args: its positional arguments (pytrees; non-array leaves are static).
     ordered: JAX's ordered effect.  Every callback of host_callback runs in
       program order on its device, ordered or not.
-    partitioned: accepted; the function gets logical (whole) values.
+    partitioned: under ``jit`` over sharded operands, call the function
+      once per device on its own shard (else once, on the whole value).
     **kwargs: its keyword arguments.
 
   Returns:
@@ -278,14 +286,14 @@ def callback(callback: Callable[..., Any] | None = None, *args: Any,
     TypeError: ``callback`` is not callable; arguments in the first call of
       the two-call form.
   """
-  del ordered, partitioned  # see the docstring
+  del ordered  # see the docstring
 
   def _callback(func: Callable[..., Any], *c_args: Any,
                 **c_kwargs: Any) -> None:
     if not callable(func):
       raise TypeError("first argument to jax.debug.callback must be "
                       f"callable, but got an object of type {type(func)}")
-    _issue(func, c_args, c_kwargs)
+    _issue(func, c_args, c_kwargs, partitioned=partitioned)
 
   if callback is not None:
     _callback(callback, *args, **kwargs)
@@ -510,7 +518,8 @@ def _user_frame() -> tuple[str, int]:
 
 
 def _print(fmt: str, args: tuple[Any, ...], kwargs: dict[str, Any], *,
-           skip_format_check: bool, use_logging: bool) -> None:
+           skip_format_check: bool, use_logging: bool,
+           partitioned: bool) -> None:
   if not skip_format_check:
     _FormatChecker().format(fmt, *args, **kwargs)
   # Any field (JAX looks at the first only, and fails on a format that
@@ -520,7 +529,8 @@ def _print(fmt: str, args: tuple[Any, ...], kwargs: dict[str, Any], *,
   printer = _Print(fmt, has_placeholders,
                    _needs_jax_arrays(fmt, has_placeholders, args, kwargs),
                    _user_frame() if use_logging else None)
-  _issue(printer, args, kwargs, with_device=use_logging)
+  _issue(printer, args, kwargs, with_device=use_logging,
+         partitioned=partitioned)
 
 
 def print(fmt: str | None = None, *args: Any, ordered: bool = False,
@@ -540,7 +550,8 @@ def print(fmt: str | None = None, *args: Any, ordered: bool = False,
     fmt: the format string, e.g. ``"x={x:.3f}"``.
     *args: positional arguments of ``fmt.format``.
     ordered: JAX's ordered effect (every print is in program order here).
-    partitioned: accepted; prints logical (whole) values.
+    partitioned: under ``jit`` over sharded operands, print each device's
+      shard (else the whole value, once).
     skip_format_check: do not check that every argument is used.
     **kwargs: keyword arguments of ``fmt.format``.
 
@@ -574,11 +585,11 @@ def log(fmt: str | None = None, *args: Any, ordered: bool = False,
 def _print_api(fmt: str | None, args: tuple[Any, ...],
                kwargs: dict[str, Any], *, ordered: bool, partitioned: bool,
                skip_format_check: bool, use_logging: bool) -> Any:
-  del ordered, partitioned  # see the module's docstring
+  del ordered  # see the module's docstring
 
   def _debug_print(fmt: str, *c_args: Any, **c_kwargs: Any) -> None:
     _print(fmt, c_args, c_kwargs, skip_format_check=skip_format_check,
-           use_logging=use_logging)
+           use_logging=use_logging, partitioned=partitioned)
 
   if fmt is not None:
     _debug_print(fmt, *args, **kwargs)

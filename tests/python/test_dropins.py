@@ -430,6 +430,28 @@ def test_print_under_jit_over_sharded_operands_prints_the_whole_value(capsys):
   assert len(text.splitlines()) == 1
 
 
+def test_partitioned_print_under_jit_prints_each_devices_shard(capsys):
+  n = len(jax.devices())
+  x = jax.device_put(jnp.arange(4. * n), NamedSharding(_mesh(), P("d")))
+
+  def run(mod):
+    jax.jit(lambda v: mod.print("shard {v}", v=v * 2, partitioned=True))(x)
+
+  text = assert_same_text(capsys, run, sort=True)
+  assert len(text.splitlines()) == n  # one shard of 4 elements each
+  assert "shard [0. 2. 4. 6.]" in text
+
+
+def test_partitioned_callback_under_jit_gets_each_shard():
+  n = len(jax.devices())
+  x = jax.device_put(jnp.arange(2. * n), NamedSharding(_mesh(), P("d")))
+
+  def run(mod, cb):
+    jax.jit(lambda v: mod.callback(cb, v + 1, partitioned=True))(x)
+
+  assert len(assert_same_calls(run, sort=True)) == n
+
+
 # ---- asynchrony, barriers, errors --------------------------------------------
 
 @pytest.mark.parametrize("barrier", ["effects_barrier", "barrier_wait"])
