@@ -269,26 +269,23 @@ cuda_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
           hcb_device device, const hcb_array *src, size_t n, hcb_error *err)
 {
     const hcb__cuda *api;
+    hcb__record_size size;
     hcb_record *rec;
-    size_t bytes;
     pending *p;
     void *stream = NULL;
     int rc, status;
 
     if ((rc = stream_of(frame, &api, &stream, err)) != HCB_OK ||
-        (rc = hcb__record_bytes(src, n, &bytes, err)) != HCB_OK)
+        (rc = hcb__record_measure(src, n, &size, err)) != HCB_OK)
         return rc;
-    p = hcb__pinned_take(api, sizeof *p + bytes, err);
+    p = hcb__pinned_take(api, sizeof *p + size.bytes, err);
     if (p == NULL)
         return err->code != HCB_OK
                    ? err->code
                    : send_staged(rt, api, stream, id, device, src, n, err);
     p->rt = rt;
-    if ((rc = hcb__record_place(p->record, &pinned_owner, id, device, src, n,
-                                &rec, err)) != HCB_OK) {
-        hcb__pinned_give(p);
-        return rc;
-    }
+    rec =
+        hcb__record_place(p->record, &pinned_owner, &size, id, device, src, n);
     if ((rc = copy_arrays(api, stream, rec->args, src, n, HCB__CUDA_D2H,
                           err)) == HCB_OK &&
         (status = api->launch_host_func(stream, landed, p)) != 0)

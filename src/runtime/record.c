@@ -382,15 +382,14 @@ check_view(const hcb_array *a, size_t i, hcb_error *err)
     return HCB_OK;
 }
 
-/* The size of a record for `args`, and how many dims it holds. */
-static int
-measure(const hcb_array *args, size_t nargs, size_t *size, size_t *ndims,
-        hcb_error *err)
+int
+hcb__record_measure(const hcb_array *args, size_t nargs, hcb__record_size *out,
+                    hcb_error *err)
 {
     size_t i;
     int rc;
 
-    *ndims = 0;
+    out->ndims = 0;
     if (nargs > 0 && args == NULL)
         return hcb_error_set(err, HCB_EINVAL, "nargs is %zu but args is NULL",
                              nargs);
@@ -399,23 +398,23 @@ measure(const hcb_array *args, size_t nargs, size_t *size, size_t *ndims,
     for (i = 0; i < nargs; i++) {
         if ((rc = check_view(&args[i], i, err)) != HCB_OK)
             return rc;
-        *ndims += (size_t)args[i].rank;
+        out->ndims += (size_t)args[i].rank;
     }
-    *size = align_up(sizeof(hcb_record) + nargs * sizeof(hcb_array) +
-                     *ndims * sizeof(int64_t));
+    out->bytes = align_up(sizeof(hcb_record) + nargs * sizeof(hcb_array) +
+                          out->ndims * sizeof(int64_t));
     for (i = 0; i < nargs; i++) {
-        size_t grown = *size + align_up(args[i].nbytes);
+        size_t grown = out->bytes + align_up(args[i].nbytes);
 
-        if (grown < *size)
+        if (grown < out->bytes)
             return hcb_error_set(err, HCB_EINVAL, "record too large");
-        *size = grown;
+        out->bytes = grown;
     }
     return HCB_OK;
 }
 
 /* Lays the record out in `rec` (its memory fields already set). */
 static void
-lay_out(hcb_record *rec, size_t size, size_t ndims, uint64_t callback_id,
+lay_out(hcb_record *rec, const hcb__record_size *size, uint64_t callback_id,
         hcb_device device, const hcb_array *args, size_t nargs)
 {
     int64_t *dims;
@@ -424,14 +423,14 @@ lay_out(hcb_record *rec, size_t size, size_t ndims, uint64_t callback_id,
 
     atomic_init(&rec->refs, 1);
     atomic_init(&rec->next, NULL);
-    rec->size = size;
+    rec->size = size->bytes;
     rec->callback_id = callback_id;
     rec->device = device;
     rec->nargs = nargs;
     rec->args = (hcb_array *)(rec + 1);
     dims = (int64_t *)(rec->args + nargs);
     payload = (char *)rec + align_up(sizeof *rec + nargs * sizeof(hcb_array) +
-                                     ndims * sizeof(int64_t));
+                                     size->ndims * sizeof(int64_t));
     for (i = 0; i < nargs; i++) {
         hcb_array *a = &rec->args[i];
 
@@ -446,55 +445,40 @@ lay_out(hcb_record *rec, size_t size, size_t ndims, uint64_t callback_id,
 }
 
 int
-hcb__record_bytes(const hcb_array *args, size_t nargs, size_t *out,
-                  hcb_error *err)
-{
-    size_t ndims;
-
-    return measure(args, nargs, out, &ndims, err);
-}
-
-int
 hcb__record_alloc(uint64_t callback_id, hcb_device device,
                   const hcb_array *args, size_t nargs, hcb_record **out,
                   hcb_error *err)
 {
-    size_t size, ndims;
+    hcb__record_size size;
     hcb_record *rec;
     int rc;
 
     *out = NULL;
-    if ((rc = measure(args, nargs, &size, &ndims, err)) != HCB_OK)
+    if ((rc = hcb__record_measure(args, nargs, &size, err)) != HCB_OK)
         return rc;
-    rec = record_alloc(size);
+    rec = record_alloc(size.bytes);
     if (rec == NULL)
         return hcb_error_set(err, HCB_ENOMEM,
-                             "cannot allocate a %zu-byte tap record", size);
-    lay_out(rec, size, ndims, callback_id, device, args, nargs);
+                             "cannot allocate a %zu-byte tap record",
+                             size.bytes);
+    lay_out(rec, &size, callback_id, device, args, nargs);
     *out = rec;
     return HCB_OK;
 }
 
-int
+hcb_record *
 hcb__record_place(void *mem, const hcb__record_owner *owner,
-                  uint64_t callback_id, hcb_device device,
-                  const hcb_array *args, size_t nargs, hcb_record **out,
-                  hcb_error *err)
+                  const hcb__record_size *size, uint64_t callback_id,
+                  hcb_device device, const hcb_array *args, size_t nargs)
 {
     hcb_record *rec = mem;
-    size_t size, ndims;
-    int rc;
 
-    *out = NULL;
-    if ((rc = measure(args, nargs, &size, &ndims, err)) != HCB_OK)
-        return rc;
     rec->pool = POOL_OWNER;
-    rec->capacity = size;
+    rec->capacity = size->bytes;
     rec->arena = NULL;
     rec->owner = owner;
-    lay_out(rec, size, ndims, callback_id, device, args, nargs);
-    *out = rec;
-    return HCB_OK;
+    lay_out(rec, size, callback_id, device, args, nargs);
+    return rec;
 }
 
 int

@@ -53,18 +53,23 @@ int hcb__record_alloc(uint64_t callback_id, hcb_device device,
                       const hcb_array *args, size_t nargs, hcb_record **out,
                       hcb_error *err);
 
-/* The bytes a record for `args` takes (checking each view as
- * hcb__record_alloc does), for a creator that brings its own memory. */
-int hcb__record_bytes(const hcb_array *args, size_t nargs, size_t *out,
-                      hcb_error *err);
+/* What a record for `args` takes: its bytes, and the dims it holds. */
+typedef struct hcb__record_size {
+    size_t bytes, ndims;
+} hcb__record_size;
 
-/* hcb__record_alloc in `mem` (at least hcb__record_bytes, aligned to
- * HCB__PAYLOAD_ALIGN), which `owner` takes back when the last reference
- * goes. */
-int hcb__record_place(void *mem, const hcb__record_owner *owner,
-                      uint64_t callback_id, hcb_device device,
-                      const hcb_array *args, size_t nargs, hcb_record **out,
-                      hcb_error *err);
+/* Checks each view as hcb__record_alloc does and measures the record, for
+ * a creator that brings its own memory (hcb__record_place). */
+int hcb__record_measure(const hcb_array *args, size_t nargs,
+                        hcb__record_size *out, hcb_error *err);
+
+/* hcb__record_alloc in `mem` (size->bytes, aligned to HCB__PAYLOAD_ALIGN),
+ * with `size` from hcb__record_measure of the same `args`; `owner` takes
+ * the memory back when the last reference goes. */
+hcb_record *hcb__record_place(void *mem, const hcb__record_owner *owner,
+                              const hcb__record_size *size,
+                              uint64_t callback_id, hcb_device device,
+                              const hcb_array *args, size_t nargs);
 
 /* Tells a placed record's owner that the consumer has delivered it. */
 static inline void
