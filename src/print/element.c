@@ -110,8 +110,7 @@ hcb__is_small_dtype(hcb_dtype t)
     return hcb_dtype_bits(t) > 0 && hcb_dtype_bits(t) < 8;
 }
 
-/* One unpacked sub-byte element as text: a decimal integer, or float4's
- * value as ml_dtypes prints it (%g: "0.5", "-0", "6"). */
+/* The value of a float4 (f4e2m1fn) element. */
 static double
 f4e2m1fn_value(unsigned v)
 {
@@ -122,6 +121,8 @@ f4e2m1fn_value(unsigned v)
     return v & 8 ? -x : x;
 }
 
+/* One unpacked sub-byte element as text: a decimal integer, or float4's
+ * value as ml_dtypes prints it (%g: "0.5", "-0", "6"). */
 static size_t
 format_small(hcb_dtype t, const void *p, char *out)
 {
