@@ -295,13 +295,21 @@ def callback(callback: Callable[..., Any] | None = None, *args: Any,
                       f"callable, but got an object of type {type(func)}")
     _issue(func, c_args, c_kwargs, partitioned=partitioned)
 
-  if callback is not None:
-    _callback(callback, *args, **kwargs)
+  return _two_call_form("debug_callback", _callback, callback, args, kwargs)
+
+
+def _two_call_form(name: str, call: Callable[..., None], first: Any,
+                   args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+  """JAX's two forms of the debug APIs: ``call(first, *args, **kwargs)``
+  now when ``first`` (the function or format) is given, else ``call``
+  itself, for a second call that gives it."""
+  if first is not None:
+    call(first, *args, **kwargs)
     return None
   if args or kwargs:
-    raise TypeError("debug_callback received unexpected arguments in the "
+    raise TypeError(f"{name} received unexpected arguments in the "
                     f"two-call form: {args=} {kwargs=}")
-  return _callback
+  return call
 
 
 class _FormatChecker(string.Formatter):
@@ -591,11 +599,5 @@ def _print_api(fmt: str | None, args: tuple[Any, ...],
     _print(fmt, c_args, c_kwargs, skip_format_check=skip_format_check,
            use_logging=use_logging, partitioned=partitioned)
 
-  if fmt is not None:
-    _debug_print(fmt, *args, **kwargs)
-    return None
-  if args or kwargs:
-    raise TypeError("debug_print received unexpected arguments in the "
-                    f"two-call form: {args=} {kwargs=}")
-  return _debug_print
+  return _two_call_form("debug_print", _debug_print, fmt, args, kwargs)
 
