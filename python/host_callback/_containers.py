@@ -183,13 +183,6 @@ def _keeping_cond_partial_eval(rule: Callable[..., Any]) -> Callable[..., Any]:
   return cond_partial_eval
 
 
-def _wrap_cond_partial_eval() -> None:
-  rules = _jax.custom_partial_eval_rules
-  rule = rules[jax_primitives.cond_p]
-  if not hasattr(rule, "__wrapped__"):
-    rules[jax_primitives.cond_p] = _keeping_cond_partial_eval(rule)
-
-
 def _holds_effectful_callback(jaxpr: Jaxpr) -> bool:
   """Whether ``jaxpr`` (or one nested in it) holds a callback that must not
   run where the program does not: neither ``PURE`` nor ``DEBUG`` (debug
@@ -221,13 +214,6 @@ def _refusing_batched_cond(rule: Callable[..., Any]) -> Callable[..., Any]:
 
   setattr(cond_batching_rule, "__wrapped__", rule)  # JAX's rule
   return cond_batching_rule
-
-
-def _wrap_cond_batching() -> None:
-  batchers = _jax.fancy_primitive_batchers
-  rule = batchers[jax_primitives.cond_p]
-  if not hasattr(rule, "__wrapped__"):
-    batchers[jax_primitives.cond_p] = _refusing_batched_cond(rule)
 
 
 def _while_with_carried_predicate(cond_nconsts: int, cond_jaxpr: Any,
@@ -279,13 +265,6 @@ def _predicate_once_batched_while(rule: Callable[..., Any]
   return while_batching_rule
 
 
-def _wrap_while_batching() -> None:
-  batchers = _jax.fancy_primitive_batchers
-  rule = batchers[jax_primitives.while_p]
-  if not hasattr(rule, "__wrapped__"):
-    batchers[jax_primitives.while_p] = _predicate_once_batched_while(rule)
-
-
 def _predicate_in_body_while(rule: Callable[..., Any]) -> Callable[..., Any]:
   def while_lowering(ctx: Any, *args: Any, cond_nconsts: int,
                      cond_jaxpr: Any, body_nconsts: int,
@@ -306,6 +285,15 @@ def _predicate_in_body_while(rule: Callable[..., Any]) -> Callable[..., Any]:
 
   setattr(while_lowering, "__wrapped__", rule)  # JAX's rule
   return while_lowering
+
+
+def _wrap_once(rules: dict[Any, Any], prim: Primitive,
+               wrap: Callable[[Any], Any]) -> None:
+  """Puts ``wrap(rule)`` in place of JAX's ``rules[prim]``, once: a wrapped
+  rule keeps JAX's as its ``__wrapped__``."""
+  rule = rules[prim]
+  if not hasattr(rule, "__wrapped__"):
+    rules[prim] = wrap(rule)
 
 
 def _wrap_while_lowering() -> None:
@@ -334,8 +322,11 @@ def keep_containers() -> None:
   if len(_jax.dce_rules) == _wrapped_count:
     return
   _wrap_container_rules()
-  _wrap_cond_batching()
-  _wrap_while_batching()
-  _wrap_cond_partial_eval()
+  _wrap_once(_jax.fancy_primitive_batchers, jax_primitives.cond_p,
+             _refusing_batched_cond)
+  _wrap_once(_jax.fancy_primitive_batchers, jax_primitives.while_p,
+             _predicate_once_batched_while)
+  _wrap_once(_jax.custom_partial_eval_rules, jax_primitives.cond_p,
+             _keeping_cond_partial_eval)
   _wrap_while_lowering()
   _wrapped_count = len(_jax.dce_rules)
