@@ -398,6 +398,39 @@ hcb_stats_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return d;
 }
 
+/* cuda_pool_stats(ordinal) -> dict of the device's pinned pool, or None */
+static PyObject *
+hcb_cuda_pool_stats_fn(PyObject *module, PyObject *arg)
+{
+    hcb_cuda_pool_stats s = HCB_CUDA_POOL_STATS_INIT;
+    long ordinal = PyLong_AsLong(arg);
+    hcb_error err;
+    PyObject *d;
+    int rc;
+
+    (void)module;
+    if (ordinal == -1 && PyErr_Occurred())
+        return NULL;
+    rc = hcb_cuda_get_pool_stats((int32_t)ordinal, &s, &err);
+    if (rc == HCB_ENOTFOUND)
+        Py_RETURN_NONE;
+    if (rc != HCB_OK)
+        return hcb_py_raise(&err);
+    if ((d = PyDict_New()) == NULL)
+        return NULL;
+    if (put_u64(d, "capacity", s.capacity) < 0 ||
+        put_u64(d, "used_bytes", s.used_bytes) < 0 ||
+        put_u64(d, "in_flight_bytes", s.in_flight_bytes) < 0 ||
+        put_u64(d, "kept_bytes", s.kept_bytes) < 0 ||
+        put_u64(d, "waits", s.waits) < 0 ||
+        put_u64(d, "refusals", s.refusals) < 0 ||
+        put_u64(d, "syncs", s.syncs) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
 static PyObject *
 hcb_devices(PyObject *module, PyObject *unused)
 {
@@ -525,6 +558,9 @@ static PyMethodDef hcb_methods[] = {
     {"cuda_set_pinned_bytes", hcb_cuda_set_pinned_bytes_fn, METH_O,
      "cuda_set_pinned_bytes(n): the size of the pinned pool of GPU "
      "callbacks."},
+    {"cuda_pool_stats", hcb_cuda_pool_stats_fn, METH_O,
+     "cuda_pool_stats(ordinal) -> dict of what the pinned pool of CUDA "
+     "device `ordinal` has done, or None (it has none)."},
     {"call_stream", hcb_call_stream_fn, METH_NOARGS,
      "call_stream() -> int: in a call target the CUDA handler "
      "hcb_buffer_call runs, XLA's cudaStream_t; 0 elsewhere."},
