@@ -5,7 +5,8 @@
 # Other targets: setup, install, ctest, ctest-asan, ctest-tsan, fuzz, pytest, pytest-matrix,
 # test-install, typecheck, bench, bench-smoke, format, format-check, clean
 # On a machine with an NVIDIA GPU (never part of `make test`; README.md, "GPU"):
-# test-gpu, bench-gpu; gpu-wheels (run where there is network) brings what they need offline
+# gpu-check (everything below, in at most 8 minutes), test-gpu, bench-gpu;
+# gpu-wheels (run where there is network) brings what they need offline
 
 SHELL := /bin/bash
 # The supported combinations, one pin file each in requirements/: the first
@@ -28,7 +29,7 @@ PYVER = $(patsubst py%,%,$(firstword $(subst -, ,$(1))))
 
 .PHONY: demo test setup debian install ctest ctest-asan ctest-tsan fuzz pytest pytest-matrix \
   test-install typecheck bench bench-smoke format format-check clean \
-  gpu-wheels install-gpu test-gpu bench-gpu
+  gpu-wheels install-gpu test-gpu bench-gpu gpu-check
 
 demo: install
 	$(PY) examples/demo.py
@@ -164,6 +165,16 @@ test-gpu: install-gpu
 # The GPU targets (bench/README.md, "GPU"): writes bench/results/RESULTS-gpu.md.
 bench-gpu: install-gpu
 	JAX_PLATFORMS=cuda,cpu $(GPU_PY) bench/run.py --gpu
+
+# The one command for a GPU machine (tools/gpu_check.py): checks that JAX
+# sees a GPU, builds the package offline into GPU_PY, then runs the GPU
+# suite, the CuPy example, the probes of tests/gpu/probes and the GPU
+# benchmarks, each under its own timeout, in at most 8 minutes; one summary
+# line per check, logs and RESULTS-gpu.md in GPU_CHECK_DIR (bring it back).
+# Without a GPU it fails at once; HCB_GPU_DRY_RUN=1 runs it on the CPU.
+GPU_CHECK_DIR ?= build/gpu-check
+gpu-check:
+	$(GPU_PY) tools/gpu_check.py --python $(GPU_PY) --out $(GPU_CHECK_DIR)
 
 format:
 	clang-format -i $(C_SOURCES)

@@ -24,9 +24,12 @@
  *   - __cuda_array_interface__ (version 3) names XLA's stream in "stream",
  *     as the interface asks of a producer whose data is not yet ready: a
  *     consumer (CuPy, Numba) then synchronises with it (by default on the
- *     host, cudaStreamSynchronize) before it reads.  It cannot tell the
- *     producer its own stream, so the results it writes on a stream other
- *     than XLA's are not ordered before XLA's readers: write them on
+ *     host, cudaStreamSynchronize) before it reads.  The interface cannot
+ *     tell the producer the consumer's stream; CuPy and Numba work on
+ *     CUDA's legacy default stream unless told otherwise, so once a
+ *     Buffer's interface has been read, XLA's stream waits for that stream
+ *     when the callback returns.  Results written through the interface on
+ *     any other stream are not ordered before XLA's readers: write them on
  *     ctx.stream, or through __dlpack__.
  *
  * Sub-byte types (int4, ...) are refused on GPU (buffer.c): their staging
@@ -64,6 +67,29 @@ hcb_py_buffer_refuse_host(const hcb_py_buffer *b, PyObject *exc,
     return NULL;
 }
 
+/* Adds `consumer` to the streams XLA's waits for at the end of the call,
+ * once.  -1 with BufferError when there are too many (`what` says who
+ * asked). */
+static int
+remember(hcb_py_call_streams *streams, void *consumer, const char *what)
+{
+    size_t i;
+
+    for (i = 0; i < streams->n; i++)
+        if (streams->consumers[i] == consumer)
+            return 0;
+    if (streams->n == HCB_PY_CALL_STREAMS) {
+        PyErr_Format(PyExc_BufferError,
+                     "%s: a buffer_callback orders at most %d streams of its "
+                     "consumers with XLA's; use ctx.stream (XLA's own) or "
+                     "one of those",
+                     what, HCB_PY_CALL_STREAMS);
+        return -1;
+    }
+    streams->consumers[streams->n++] = consumer;
+    return 0;
+}
+
 /* XLA's stream of the Buffer's call, or NULL (none: outside a call). */
 static void *
 xla_stream_of(const hcb_py_buffer *b)
@@ -73,7 +99,8 @@ xla_stream_of(const hcb_py_buffer *b)
 
 /* __cuda_array_interface__ (version 3) of a CUDA Buffer: shape, typestr,
  * data = (pointer, read-only), strides None (C order), and stream: XLA's
- * stream during the call (the file's comment says why), None outside one.
+ * stream during the call, None outside one; during the call XLA's stream
+ * will wait for the legacy default stream (the file's comment says why).
  * An AttributeError for a CPU Buffer, so that hasattr() tells a GPU buffer
  * from a host one. */
 PyObject *
@@ -91,6 +118,10 @@ hcb_py_buffer_cuda_interface(PyObject *self, void *closure)
         return NULL;
     }
     if (hcb_py_buffer_check_valid(b) < 0)
+        return NULL;
+    if (xla != NULL &&
+        remember(b->streams, (void *)(uintptr_t)LEGACY_DEFAULT_STREAM,
+                 "__cuda_array_interface__") < 0)
         return NULL;
     shape = hcb_py_buffer_shape(self, NULL);
     typestr = PyObject_GetAttrString((PyObject *)b->descr, "str");
@@ -156,7 +187,6 @@ hcb_py_buffer_dl_stream(hcb_py_buffer *b, PyObject *stream)
     hcb_py_call_streams *streams = b->streams;
     void *consumer;
     hcb_error err;
-    size_t i;
 
     if (!hcb_py_buffer_on_cuda(b))
         return 0; /* a CPU Buffer has no stream; as JAX's, any is ignored */
@@ -165,16 +195,8 @@ hcb_py_buffer_dl_stream(hcb_py_buffer *b, PyObject *stream)
     if (consumer == NULL || streams == NULL || streams->xla == NULL ||
         consumer == streams->xla)
         return 0; /* nothing to order, or already in order */
-    for (i = 0; i < streams->n && streams->consumers[i] != consumer; i++)
-        ;
-    if (i == streams->n && streams->n == HCB_PY_CALL_STREAMS) {
-        PyErr_Format(PyExc_BufferError,
-                     "__dlpack__(stream=%R): a buffer_callback orders at "
-                     "most %d streams of its consumers with XLA's; use "
-                     "ctx.stream (XLA's own) or one of those",
-                     stream, HCB_PY_CALL_STREAMS);
+    if (remember(streams, consumer, "__dlpack__") < 0)
         return -1;
-    }
     if (hcb_cuda_stream_wait(consumer, streams->xla, &err) != HCB_OK) {
         PyErr_Format(PyExc_BufferError,
                      "__dlpack__(stream=%R): cannot order the consumer's "
@@ -182,8 +204,6 @@ hcb_py_buffer_dl_stream(hcb_py_buffer *b, PyObject *stream)
                      stream, err.message);
         return -1;
     }
-    if (i == streams->n)
-        streams->consumers[streams->n++] = consumer;
     return 0;
 }
 
