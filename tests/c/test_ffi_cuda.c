@@ -297,6 +297,7 @@ test_a_full_queue_makes_xla_thread_wait_never_the_stream(void **state)
     tapper t = {x, 4096, 20, 0, 0, 0, NULL};
     hcb_stats st = HCB_STATS_INIT;
     hcb__pinned_stats ps;
+    bool waiting, stream_idle;
     pthread_t th;
 
     (void)state;
@@ -306,10 +307,12 @@ test_a_full_queue_makes_xla_thread_wait_never_the_stream(void **state)
                      HCB_OK);
     pthread_create(&th, NULL, tapper_main, &t);
     tu_sleep_us(200000);
-    assert_true(atomic_load(&t.done) < 20); /* XLA's thread waits ... */
-    assert_true(fake_stream_idle_within(stream, 2000)); /* ... not CUDA's */
+    waiting = atomic_load(&t.done) < 20;                 /* XLA's thread ... */
+    stream_idle = fake_stream_idle_within(stream, 2000); /* ... not CUDA's */
     atomic_store(&gate_open, true);
     pthread_join(th, NULL);
+    assert_true(waiting);
+    assert_true(stream_idle);
     fake_stream_drain(stream);
     assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
     assert_int_equal(atomic_load(&t.done), 20);
