@@ -2,7 +2,7 @@
 # make test   - set up everything and run every test: C (plain, ASan+UBSan, TSan), the fuzzer,
 #               Python on every supported JAX, type checks and a pip install into a fresh venv
 #
-# Other targets: setup, install, ctest, ctest-asan, ctest-tsan, fuzz, pytest, pytest-matrix,
+# Other targets: setup, install, ctest, ctest-ffi-newest, ctest-asan, ctest-tsan, fuzz, pytest, pytest-matrix,
 # test-install, typecheck, bench, bench-smoke, format, format-check, clean
 # On a machine with an NVIDIA GPU (never part of `make test`; README.md, "GPU"):
 # gpu-check (everything below, in at most 8 minutes), test-gpu, bench-gpu;
@@ -27,14 +27,14 @@ PIP_INSTALL = HCB_WERROR=ON $(1)/bin/python -m pip install -q --no-build-isolati
 # The Python version of a combination: py3.12-jax0.11.2 -> 3.12
 PYVER = $(patsubst py%,%,$(firstword $(subst -, ,$(1))))
 
-.PHONY: demo test setup debian install ctest ctest-asan ctest-tsan fuzz pytest pytest-matrix \
+.PHONY: demo test setup debian install ctest ctest-ffi-newest ctest-asan ctest-tsan fuzz pytest pytest-matrix \
   test-install typecheck bench bench-smoke format format-check clean \
   gpu-wheels install-gpu test-gpu bench-gpu gpu-check
 
 demo: install
 	$(PY) examples/demo.py
 
-test: install format-check typecheck ctest ctest-asan ctest-tsan fuzz pytest pytest-matrix test-install
+test: install format-check typecheck ctest ctest-ffi-newest ctest-asan ctest-tsan fuzz pytest pytest-matrix test-install
 
 # ---- setup ------------------------------------------------------------------
 debian:
@@ -70,6 +70,16 @@ ctest: setup
 	$(CMAKE_C) -B build/c -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	cmake --build build/c
 	ctest --test-dir build/c --output-on-failure
+
+# The same tests built against the newest supported XLA FFI header (the
+# last combination's jaxlib) instead of .venv's, the oldest: what differs
+# by header version (include/hcb/ffi.h) is checked with both.
+NEWEST_PY = .venv-$(lastword $(MATRIX))/bin/python
+ctest-ffi-newest: .venv-$(lastword $(MATRIX))/.deps setup
+	$(CMAKE_C) -B build/c-ffi-newest -DCMAKE_BUILD_TYPE=Debug \
+	  -DHCB_XLA_INCLUDE_DIR=$$($(NEWEST_PY) -c "import jax.ffi; print(jax.ffi.include_dir())") >/dev/null
+	cmake --build build/c-ffi-newest
+	ctest --test-dir build/c-ffi-newest --output-on-failure
 
 ctest-asan: setup
 	$(CMAKE_C) -B build/asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DHCB_SANITIZE=address >/dev/null
