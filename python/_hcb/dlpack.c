@@ -32,16 +32,16 @@ typedef struct {
 
 enum { DL_CPU = 1, DL_CUDA = 2 };
 
-/* The DLPack device of a Buffer: (kDLCUDA, ordinal) or (kDLCPU, 0). */
+/* The DLPack device of a Buffer: (kDLCUDA, ordinal), or (kDLCPU, ordinal)
+ * as JAX's Buffer gives it (the id of a CPU device is JAX's, all of them
+ * host memory). */
 static dl_device
 dl_device_of(const hcb_py_buffer *b)
 {
-    dl_device d = {DL_CPU, 0};
+    dl_device d = {DL_CPU, HCB_DEVICE_ORDINAL(b->device)};
 
-    if (hcb_py_buffer_on_cuda(b)) {
+    if (hcb_py_buffer_on_cuda(b))
         d.device_type = DL_CUDA;
-        d.device_id = HCB_DEVICE_ORDINAL(b->device);
-    }
     return d;
 }
 
@@ -184,7 +184,8 @@ dl_type_of(const PyArray_Descr *d, dl_data_type *out)
 }
 
 /* Whether `dl_device` (None or a (type, id) tuple) is the Buffer's own
- * device: 0, or -1 with BufferError (a Buffer cannot copy to another). */
+ * device (for a CPU Buffer, any kDLCPU id: it is all host memory): 0, or
+ * -1 with BufferError (a Buffer cannot copy to another). */
 static int
 check_dl_device(const hcb_py_buffer *b, PyObject *want)
 {
@@ -202,7 +203,7 @@ check_dl_device(const hcb_py_buffer *b, PyObject *want)
                      want);
         return -1;
     }
-    if (type == d.device_type && id == d.device_id)
+    if (type == d.device_type && (id == d.device_id || type == DL_CPU))
         return 0;
     PyErr_Format(PyExc_BufferError,
                  "__dlpack__: dl_device=(%d, %d) asks for a copy to another "

@@ -20,6 +20,7 @@ from jax.experimental import buffer_callback as jax_buffer_callback
 
 import host_callback as hcb
 
+from gpu_support import PLATFORM
 from gpu_support import REPO
 from gpu_support import build_shared
 from gpu_support import needs_real_gpu
@@ -108,6 +109,40 @@ def test_buffers_and_context_on_the_gpu(gpu, cupy):
   assert seen["views"] == (out_cai["data"][0],) * 2  # no copies
   assert seen["dlpack_device"] == (2, gpu.local_hardware_id)
   assert f"device=cuda:{gpu.local_hardware_id}" in seen["repr"]
+
+
+def test_buffers_and_context_have_what_jax_s_have_on_the_device(gpu):
+  # Every attribute of JAX's Buffer and ExecutionContext, read in the same
+  # program on the device under test, gives what JAX's gives (the CUDA
+  # Array Interface: JAX's keys, ours adding "strides" and "stream").
+  def run(buffer_callback):
+    seen = {}
+
+    def cb(ctx, out, x):
+      for name, b in (("out", out), ("x", x)):
+        seen[name] = (b.shape, np.dtype(b.dtype), b.ndim, b.writeable,
+                      b.__dlpack_device__())
+        if PLATFORM == "gpu":
+          cai = b.__cuda_array_interface__
+          seen[name + " cai"] = (set(cai), cai["shape"], cai["typestr"],
+                                 cai["data"][1])
+      seen["stage"] = ctx.stage.name
+      seen["stream"] = isinstance(ctx.stream, int) if PLATFORM == "gpu" else 0
+
+    f = buffer_callback(cb, jax.ShapeDtypeStruct((2, 3), np.float32),
+                        input_output_aliases={0: 0})
+    jax.jit(f)(jax.device_put(jnp.ones((2, 3), jnp.float32), gpu))
+    return seen
+
+  theirs, ours = run(jax_buffer_callback.buffer_callback), run(
+      hcb.buffer_callback)
+  for key in theirs:
+    if key.endswith(" cai"):
+      assert theirs[key][0] <= ours[key][0], key
+      assert theirs[key][1:] == ours[key][1:], key
+    else:
+      assert ours[key] == theirs[key], key
+  assert ours["x"][3] is False and ours["out"][3] is True
 
 
 CONSUMERS = ["cupy-dlpack", "cupy-cai", "torch-dlpack", "numba-cai"]

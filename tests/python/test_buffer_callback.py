@@ -252,7 +252,7 @@ def test_dlpack_arguments_also_by_position_as_jax_takes_them():
 def _jax_and_our_buffers(program):
   """What ``program(buffer_callback)`` saw of its Buffers and context, with
   JAX's buffer_callback and with ours: {name: (shape, dtype, ndim,
-  writeable)} and the context's stage name."""
+  writeable, DLPack device)} and the context's stage name."""
   from jax.experimental import buffer_callback as jax_buffer_callback
 
   def run(buffer_callback):
@@ -260,7 +260,8 @@ def _jax_and_our_buffers(program):
 
     def cb(ctx, out, x, y):
       for name, b in (("out", out), ("x", x), ("y", y)):
-        seen[name] = (b.shape, np.dtype(b.dtype), b.ndim, b.writeable)
+        seen[name] = (b.shape, np.dtype(b.dtype), b.ndim, b.writeable,
+                      b.__dlpack_device__())
       seen["stage"] = ctx.stage.name
       np.asarray(out)[...] = np.asarray(x).sum()
 
@@ -273,13 +274,15 @@ def _jax_and_our_buffers(program):
 def test_buffers_and_context_show_what_jax_s_show():
   def program(buffer_callback, cb):
     f = buffer_callback(cb, jax.ShapeDtypeStruct((2, 3), np.float32))
-    jax.jit(f)(jnp.ones((4, 5, 6), jnp.int16), jnp.float32(1.5))
+    device = jax.devices()[1]  # its id shows in the DLPack device
+    jax.jit(f)(jax.device_put(jnp.ones((4, 5, 6), jnp.int16), device),
+               jax.device_put(jnp.float32(1.5), device))
 
   theirs, ours = _jax_and_our_buffers(program)
   assert ours == theirs
-  assert ours["out"] == ((2, 3), np.dtype(np.float32), 2, True)
-  assert ours["x"] == ((4, 5, 6), np.dtype(np.int16), 3, False)
-  assert ours["y"] == ((), np.dtype(np.float32), 0, False)
+  assert ours["out"] == ((2, 3), np.dtype(np.float32), 2, True, (1, 1))
+  assert ours["x"] == ((4, 5, 6), np.dtype(np.int16), 3, False, (1, 1))
+  assert ours["y"] == ((), np.dtype(np.float32), 0, False, (1, 1))
 
 
 def test_every_attribute_of_jax_s_buffer_and_context_is_here():

@@ -5,6 +5,7 @@ waiting is XLA's thread's, before it enqueues, and nothing on the GPU's
 streams (no CUDA host function) waits for the tap function."""
 
 import os
+import time
 
 os.environ["HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE"] = "16000000"  # the least
 
@@ -28,6 +29,7 @@ reads = []
 
 
 def tap(x, transforms):
+  time.sleep(0.02)  # slower than the device: its queue fills
   z = jax.device_put(host, dev)  # to the GPU and back, in the tap function
   z.block_until_ready()
   if cupy is not None and not DRY_RUN:
