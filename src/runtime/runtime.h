@@ -45,7 +45,11 @@
  *   - the record pools (record.c): free arenas and large blocks, and each
  *     thread's current arena (thread-local);
  *   - hcb__consumer (channels.c, thread-local): the channel whose consumer
- *     this thread is.
+ *     this thread is;
+ *   - in the CUDA platform (src/ffi): the CUDA runtime's table (cuda.c),
+ *     loaded once, and the pinned pools, one per CUDA device (pinned.c),
+ *     made at the device's first GPU callback and kept for the process;
+ *     XLA calls the CUDA handlers with no context of ours either.
  *
  * Ordering.  Records of one device are consumed one at a time in submit
  * order; a call first waits for the taps its device issued before it.
