@@ -2,10 +2,11 @@
 # make test   - set up everything and run every test: C (plain, ASan+UBSan, TSan), the fuzzer,
 #               Python on every supported JAX, type checks and a pip install into a fresh venv
 #
-# Other targets: setup, install, ctest, ctest-asan, ctest-tsan, fuzz, pytest, pytest-matrix,
+# Other targets: setup, install, ctest, ctest-ffi-newest, ctest-asan, ctest-tsan, fuzz, pytest, pytest-matrix,
 # test-install, typecheck, bench, bench-smoke, format, format-check, clean
 # On a machine with an NVIDIA GPU (never part of `make test`; README.md, "GPU"):
-# test-gpu, bench-gpu; gpu-wheels (run where there is network) brings what they need offline
+# gpu-check (everything below, in at most 8 minutes), test-gpu, bench-gpu;
+# gpu-wheels (run where there is network) brings what they need offline
 
 SHELL := /bin/bash
 # The supported combinations, one pin file each in requirements/: the first
@@ -26,14 +27,14 @@ PIP_INSTALL = HCB_WERROR=ON $(1)/bin/python -m pip install -q --no-build-isolati
 # The Python version of a combination: py3.12-jax0.11.2 -> 3.12
 PYVER = $(patsubst py%,%,$(firstword $(subst -, ,$(1))))
 
-.PHONY: demo test setup debian install ctest ctest-asan ctest-tsan fuzz pytest pytest-matrix \
+.PHONY: demo test setup debian install ctest ctest-ffi-newest ctest-asan ctest-tsan fuzz pytest pytest-matrix \
   test-install typecheck bench bench-smoke format format-check clean \
-  gpu-wheels install-gpu test-gpu bench-gpu
+  gpu-wheels install-gpu test-gpu bench-gpu gpu-check
 
 demo: install
 	$(PY) examples/demo.py
 
-test: install format-check typecheck ctest ctest-asan ctest-tsan fuzz pytest pytest-matrix test-install
+test: install format-check typecheck ctest ctest-ffi-newest ctest-asan ctest-tsan fuzz pytest pytest-matrix test-install
 
 # ---- setup ------------------------------------------------------------------
 debian:
@@ -69,6 +70,16 @@ ctest: setup
 	$(CMAKE_C) -B build/c -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	cmake --build build/c
 	ctest --test-dir build/c --output-on-failure
+
+# The same tests built against the newest supported XLA FFI header (the
+# last combination's jaxlib) instead of .venv's, the oldest: what differs
+# by header version (include/hcb/ffi.h) is checked with both.
+NEWEST_PY = .venv-$(lastword $(MATRIX))/bin/python
+ctest-ffi-newest: .venv-$(lastword $(MATRIX))/.deps setup
+	$(CMAKE_C) -B build/c-ffi-newest -DCMAKE_BUILD_TYPE=Debug \
+	  -DHCB_XLA_INCLUDE_DIR=$$($(NEWEST_PY) -c "import jax.ffi; print(jax.ffi.include_dir())") >/dev/null
+	cmake --build build/c-ffi-newest
+	ctest --test-dir build/c-ffi-newest --output-on-failure
 
 ctest-asan: setup
 	$(CMAKE_C) -B build/asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DHCB_SANITIZE=address >/dev/null
@@ -164,6 +175,16 @@ test-gpu: install-gpu
 # The GPU targets (bench/README.md, "GPU"): writes bench/results/RESULTS-gpu.md.
 bench-gpu: install-gpu
 	JAX_PLATFORMS=cuda,cpu $(GPU_PY) bench/run.py --gpu
+
+# The one command for a GPU machine (tools/gpu_check.py): checks that JAX
+# sees a GPU, builds the package offline into GPU_PY, then runs the GPU
+# suite, the CuPy example, the probes of tests/gpu/probes and the GPU
+# benchmarks, each under its own timeout, in at most 8 minutes; one summary
+# line per check, logs and RESULTS-gpu.md in GPU_CHECK_DIR (bring it back).
+# Without a GPU it fails at once; HCB_GPU_DRY_RUN=1 runs it on the CPU.
+GPU_CHECK_DIR ?= build/gpu-check
+gpu-check:
+	$(GPU_PY) tools/gpu_check.py --python $(GPU_PY) --out $(GPU_CHECK_DIR)
 
 format:
 	clang-format -i $(C_SOURCES)

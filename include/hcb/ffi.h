@@ -58,10 +58,17 @@ typedef XLA_FFI_InternalExtension hcb_ffi_extension;
 typedef XLA_FFI_Error_GetDetails_Args hcb_ffi_error_message_args;
 #define HCB_FFI_API_ERROR_MESSAGE XLA_FFI_Error_GetDetails
 #endif
-/* The 0.3 size of those arguments (up to `message`), which every runtime
- * accepts. */
+/* The size of those arguments in the header built against: a runtime as
+ * new as that header checks the struct is whole (0.4 and later read and
+ * write `errc`), and the newer runtimes accept it (the ABI grows by
+ * struct_size). */
+#if XLA_FFI_API_MAJOR == 0 && XLA_FFI_API_MINOR < 4
 #define HCB_FFI_ERROR_MESSAGE_ARGS_SIZE                                        \
-    (offsetof(hcb_ffi_error_message_args, message) + sizeof(const char *))
+    XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE
+#else
+#define HCB_FFI_ERROR_MESSAGE_ARGS_SIZE                                        \
+    XLA_FFI_Error_GetDetails_Args_STRUCT_SIZE
+#endif
 
 /* The FFI error code for an HCB_E* code (one-to-one). */
 static inline XLA_FFI_Error_Code
@@ -822,15 +829,55 @@ HCB_API XLA_FFI_Error *hcb_ffi_sharded_check_cuda(XLA_FFI_CallFrame *frame);
 HCB_API int hcb_cuda_load(const char *path, hcb_error *err);
 
 /* Sets the size of the pinned host memory pool that GPU taps and calls
- * copy into (default 256 MiB), before the first GPU callback takes it, or
- * while none of it is in use.  HCB_EINVAL under 4 MiB, HCB_ESTATE while
- * the pool is in use. */
+ * copy into, per device (default 256 MiB), before the first GPU callback
+ * takes it, or while none of any is in use.  HCB_EINVAL under 4 MiB,
+ * HCB_ESTATE while a pool is in use. */
 HCB_API int hcb_cuda_set_pinned_bytes(size_t bytes, hcb_error *err);
 
 /* During a call target that the CUDA handler "hcb_buffer_call" runs: the
  * cudaStream_t XLA computes on (enqueue the work there).  NULL anywhere
  * else: on CPU, in a tap, outside a call. */
 HCB_API void *hcb_call_stream(void);
+
+/* Makes the work enqueued on CUDA stream `waiter` from now on wait for the
+ * work enqueued on `stream` so far, without waiting on the host (an event
+ * recorded on `stream`, waited for on `waiter`).  Streams are cudaStream_t
+ * values; (void *)1 and (void *)2 are CUDA's legacy and per-thread default
+ * streams.  Nothing to do when they are the same.  Any thread, but not a
+ * CUDA host function (which must not call CUDA).  HCB_ENOTFOUND without a
+ * CUDA runtime; HCB_ESYSTEM, with CUDA's message, when CUDA fails. */
+HCB_API int hcb_cuda_stream_wait(void *waiter, void *stream, hcb_error *err);
+
+/* What the pinned pool of one CUDA device has done (each device has its
+ * own, of hcb_cuda_set_pinned_bytes bytes, taken at its first GPU
+ * callback).  Bytes "in flight" are those of records on their way (copies
+ * not landed, records queued or being delivered) and of calls' staging;
+ * "kept" ones are held by records a tap function kept (a numpy array it
+ * saved), which the pool works around.  `waits` counts takes that waited
+ * for room (the device's back-pressure), `refusals` takes that found none
+ * and could not wait, and `syncs` taps and calls that waited for the
+ * stream because of that. */
+typedef struct hcb_cuda_pool_stats {
+    size_t struct_size;
+    uint64_t capacity; /* pinned bytes; 0 until pinned */
+    uint64_t used_bytes;
+    uint64_t in_flight_bytes;
+    uint64_t kept_bytes;
+    uint64_t waits;
+    uint64_t refusals;
+    uint64_t syncs;
+} hcb_cuda_pool_stats;
+
+#define HCB_CUDA_POOL_STATS_INIT                                               \
+    {                                                                          \
+        sizeof(hcb_cuda_pool_stats), 0, 0, 0, 0, 0, 0, 0                       \
+    }
+
+/* Fills `stats` (its struct_size set by the caller) for CUDA device
+ * `ordinal`.  HCB_ENOTFOUND when the device has no pool (no GPU callback
+ * has run there); HCB_EINVAL without struct_size.  Any thread. */
+HCB_API int hcb_cuda_get_pool_stats(int32_t ordinal, hcb_cuda_pool_stats *stats,
+                                    hcb_error *err);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -5,8 +5,10 @@
  * entering the runtime from Python), lifetime.c (holds of executables), tap.c
  * (delivering a record to a Python tap function), call.c (running a Python
  * call function for XLA and checking its result), buffer.c (in-place
- * buffer callbacks and the Buffer type), print.c (id_print) and bridge.c (what
- * they share: the GIL, numpy arrays over records, devices, errors).
+ * buffer callbacks and the Buffer type; with dlpack.c, its DLPack export,
+ * and buffer_cuda.c, a GPU Buffer's interop: buffer.h), print.c (id_print)
+ * and bridge.c (what they share: the GIL, numpy arrays over records,
+ * devices, errors).
  */
 #ifndef HCB_PY_H
 #define HCB_PY_H

@@ -362,6 +362,19 @@ put_u64(PyObject *d, const char *key, uint64_t v)
     return rc;
 }
 
+/* A new dict of `n` counters, keys[i] -> values[i]. */
+static PyObject *
+dict_of_u64(const char *const *keys, const uint64_t *values, size_t n)
+{
+    PyObject *d = PyDict_New();
+    size_t i;
+
+    for (i = 0; d != NULL && i < n; i++)
+        if (put_u64(d, keys[i], values[i]) < 0)
+            Py_CLEAR(d);
+    return d;
+}
+
 /* stats(device_key=None) -> dict of counters */
 static PyObject *
 hcb_stats_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -369,7 +382,6 @@ hcb_stats_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     hcb_stats s = HCB_STATS_INIT;
     hcb_device dev;
     hcb_error err;
-    PyObject *d;
 
     if (nargs > 1) {
         PyErr_SetString(PyExc_TypeError, "stats takes at most 1 argument");
@@ -379,23 +391,49 @@ hcb_stats_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     if (hcb_runtime_stats(state_of(module)->rt, dev, &s, &err) != HCB_OK)
         return hcb_py_raise(&err);
-    d = PyDict_New();
-    if (d == NULL)
-        return NULL;
-    if (put_u64(d, "records_in", s.records_in) < 0 ||
-        put_u64(d, "bytes_in", s.bytes_in) < 0 ||
-        put_u64(d, "records_out", s.records_out) < 0 ||
-        put_u64(d, "bytes_out", s.bytes_out) < 0 ||
-        put_u64(d, "queued_records", s.queued_records) < 0 ||
-        put_u64(d, "queued_bytes", s.queued_bytes) < 0 ||
-        put_u64(d, "high_water_bytes", s.high_water_bytes) < 0 ||
-        put_u64(d, "producer_waits", s.producer_waits) < 0 ||
-        put_u64(d, "producer_wait_ns", s.producer_wait_ns) < 0 ||
-        put_u64(d, "errors", s.errors) < 0) {
-        Py_DECREF(d);
-        return NULL;
+    {
+        static const char *const keys[] = {"records_in",       "bytes_in",
+                                           "records_out",      "bytes_out",
+                                           "queued_records",   "queued_bytes",
+                                           "high_water_bytes", "producer_waits",
+                                           "producer_wait_ns", "errors"};
+        const uint64_t values[] = {s.records_in,       s.bytes_in,
+                                   s.records_out,      s.bytes_out,
+                                   s.queued_records,   s.queued_bytes,
+                                   s.high_water_bytes, s.producer_waits,
+                                   s.producer_wait_ns, s.errors};
+
+        return dict_of_u64(keys, values, sizeof values / sizeof values[0]);
     }
-    return d;
+}
+
+/* cuda_pool_stats(ordinal) -> dict of the device's pinned pool, or None */
+static PyObject *
+hcb_cuda_pool_stats_fn(PyObject *module, PyObject *arg)
+{
+    hcb_cuda_pool_stats s = HCB_CUDA_POOL_STATS_INIT;
+    long ordinal = PyLong_AsLong(arg);
+    hcb_error err;
+    int rc;
+
+    (void)module;
+    if (ordinal == -1 && PyErr_Occurred())
+        return NULL;
+    rc = hcb_cuda_get_pool_stats((int32_t)ordinal, &s, &err);
+    if (rc == HCB_ENOTFOUND)
+        Py_RETURN_NONE;
+    if (rc != HCB_OK)
+        return hcb_py_raise(&err);
+    {
+        static const char *const keys[] = {
+            "capacity", "used_bytes", "in_flight_bytes", "kept_bytes", "waits",
+            "refusals", "syncs"};
+        const uint64_t values[] = {
+            s.capacity, s.used_bytes, s.in_flight_bytes, s.kept_bytes, s.waits,
+            s.refusals, s.syncs};
+
+        return dict_of_u64(keys, values, sizeof values / sizeof values[0]);
+    }
 }
 
 static PyObject *
@@ -525,6 +563,9 @@ static PyMethodDef hcb_methods[] = {
     {"cuda_set_pinned_bytes", hcb_cuda_set_pinned_bytes_fn, METH_O,
      "cuda_set_pinned_bytes(n): the size of the pinned pool of GPU "
      "callbacks."},
+    {"cuda_pool_stats", hcb_cuda_pool_stats_fn, METH_O,
+     "cuda_pool_stats(ordinal) -> dict of what the pinned pool of CUDA "
+     "device `ordinal` has done, or None (it has none)."},
     {"call_stream", hcb_call_stream_fn, METH_NOARGS,
      "call_stream() -> int: in a call target the CUDA handler "
      "hcb_buffer_call runs, XLA's cudaStream_t; 0 elsewhere."},

@@ -70,22 +70,29 @@ class Buffer:
   def shape(self) -> tuple[int, ...]: ...
   @property
   def dtype(self) -> np.dtype[Any]: ...
+  @property
+  def ndim(self) -> int: ...
+  @property
+  def writeable(self) -> bool:
+    """True for a result (the callback writes it), False for an operand."""
   # A GPU buffer's CUDA Array Interface (version 3: shape, typestr,
-  # data=(pointer, read-only), strides None, no "stream" key); raises
-  # AttributeError for a CPU buffer.
+  # data=(pointer, read-only), strides None, stream: XLA's stream during
+  # the call, else None); raises AttributeError for a CPU buffer.
   @property
   def __cuda_array_interface__(self) -> dict[str, Any]: ...
   def __array__(self, dtype: npt.DTypeLike | None = None,
                 copy: bool | None = None) -> npt.NDArray[Any]:
     """A numpy view of the buffer (no copy), or a copy with ``dtype`` or
     ``copy=True``; ``TypeError`` for a GPU buffer (device memory)."""
-  def __dlpack__(self, *, stream: object = None,
+  def __dlpack__(self, stream: int | None = None,
                  max_version: tuple[int, int] | None = None,
                  dl_device: tuple[int, int] | None = None,
                  copy: bool | None = None) -> CapsuleType:
-    """A DLPack capsule viewing the buffer on its own device; ``copy=True``,
-    another ``dl_device`` and, for a GPU buffer, a ``stream`` other than
-    None, -1 or XLA's raise ``BufferError``."""
+    """A DLPack capsule viewing the buffer on its own device; ``copy=True``
+    and another ``dl_device`` raise ``BufferError``.  For a GPU buffer,
+    ``stream`` is the consumer's (None or 1: the legacy default stream, 2:
+    the per-thread one, a cudaStream_t, or -1: none), ordered after XLA's
+    stream; 0 raises ``BufferError``."""
   def __dlpack_device__(self) -> tuple[int, int]:
     """(device type, device id): (1, 0), kDLCPU, or (2, ordinal),
     kDLCUDA, for a GPU buffer."""
@@ -215,6 +222,11 @@ def cuda_load(path: str | None, /) -> None:
 def cuda_set_pinned_bytes(n: int, /) -> None:
   """Sets the size of the pinned pool GPU taps and calls copy into (before
   its first use, or while none of it is in use: else RuntimeError)."""
+
+def cuda_pool_stats(ordinal: int, /) -> dict[str, int] | None:
+  """What the pinned pool of CUDA device ``ordinal`` has done (capacity,
+  used_bytes, in_flight_bytes, kept_bytes, waits, refusals, syncs), or None
+  when it has none (no GPU callback ran there)."""
 
 def call_stream() -> int:
   """In a call target that the CUDA handler ``hcb_buffer_call`` runs: XLA's

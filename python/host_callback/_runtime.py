@@ -822,11 +822,13 @@ def wait_before_eager_callback(device: jax.Device) -> None:
   later, as JAX's own callbacks of a running computation may.  Errors stay
   recorded for barrier_wait.  Nothing to wait for before the first
   compiled callback, nor inside a tap (its own thread) or a device
-  callback."""
+  callback.  On a GPU the probe runs on the device's stream after its
+  earlier computations, whose taps have then all landed in the queue."""
   if (not _state.handlers_registered or _state.exiting or _hcb.in_tap() or
       _in_device_callback()):
     return
-  if device.platform == "cpu":
+  if device.platform == "cpu" or (device in _state.cuda_devices and
+                                  not _state.forked):
     _touch(jax.device_put(np.int32(0), device)).block_until_ready()
   _hcb.barrier()
 
@@ -909,16 +911,26 @@ def stats() -> dict[str, Any]:
   ``records_out``/``bytes_out`` (taps delivered), ``queued_records``/
   ``queued_bytes``, ``high_water_bytes``, ``producer_waits`` and
   ``producer_wait_ns`` (how often and how long devices waited on a full
-  queue), ``errors`` (failed tap functions).
+  queue), ``errors`` (failed tap functions).  A GPU's entry also has
+  ``pinned_pool``, what its pool of pinned host memory has done:
+  ``capacity``, ``used_bytes``, ``in_flight_bytes`` (records on their way,
+  calls' staging), ``kept_bytes`` (records a tap function kept),
+  ``waits`` (the device waited for room), ``refusals`` and ``syncs`` (a
+  tap or call waited for the stream because the pool could not serve it).
   """
   result: dict[str, Any] = dict(_hcb.stats())
-  per_device = {}
+  per_device: dict[str, Any] = {}
   for key in sorted(_hcb.devices()):
     try:
       label = str(_device_for_key(key))
     except LookupError:
       label = f"device-key-{key}"
     per_device[label] = _hcb.stats(key)
+  for dev in _state.cuda_devices:
+    ordinal = dev.local_hardware_id
+    pool = None if ordinal is None else _hcb.cuda_pool_stats(ordinal)
+    if pool is not None:
+      per_device.setdefault(str(dev), {})["pinned_pool"] = pool
   result["devices"] = per_device
   result["max_queue_bytes"] = _config.MAX_QUEUE_BYTES
   return result

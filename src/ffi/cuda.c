@@ -41,6 +41,10 @@ bind(void *lib, const char *where, hcb_error *err)
         {"cudaHostAlloc", offsetof(hcb__cuda, host_alloc)},
         {"cudaFreeHost", offsetof(hcb__cuda, free_host)},
         {"cudaGetErrorString", offsetof(hcb__cuda, error_string)},
+        {"cudaEventCreateWithFlags", offsetof(hcb__cuda, event_create)},
+        {"cudaEventRecord", offsetof(hcb__cuda, event_record)},
+        {"cudaStreamWaitEvent", offsetof(hcb__cuda, stream_wait_event)},
+        {"cudaEventDestroy", offsetof(hcb__cuda, event_destroy)},
     };
     hcb__cuda table;
     size_t i;
@@ -135,4 +139,29 @@ hcb__cuda_fail(const hcb__cuda *api, int status, const char *what,
 
     return hcb_error_set(err, HCB_ESYSTEM, "%s: %s (CUDA error %d)", what,
                          msg != NULL ? msg : "unknown error", status);
+}
+
+int
+hcb_cuda_stream_wait(void *waiter, void *stream, hcb_error *err)
+{
+    const hcb__cuda *api;
+    void *event = NULL;
+    int status;
+
+    if (waiter == stream)
+        return HCB_OK; /* a stream is in order with itself */
+    if ((api = hcb__cuda_get(err)) == NULL)
+        return err->code;
+    if ((status = api->event_create(&event, HCB__CUDA_EVENT_DISABLE_TIMING)) !=
+        0)
+        return hcb__cuda_fail(api, status, "creating a CUDA event", err);
+    /* the wait holds what it needs of the event: destroying it right after
+     * is allowed, and CUDA frees it once the wait is done with it */
+    if ((status = api->event_record(event, stream)) == 0)
+        status = api->stream_wait_event(waiter, event, 0);
+    (void)api->event_destroy(event);
+    if (status != 0)
+        return hcb__cuda_fail(api, status,
+                              "making one CUDA stream wait for another", err);
+    return HCB_OK;
 }

@@ -20,6 +20,8 @@
 enum { HCB__CUDA_H2D = 1, HCB__CUDA_D2H = 2, HCB__CUDA_D2D = 3 };
 /* cudaHostAllocPortable: pinned for every device's context */
 #define HCB__CUDA_HOST_ALLOC_PORTABLE 1u
+/* cudaEventDisableTiming: an event only for ordering, the cheap kind */
+#define HCB__CUDA_EVENT_DISABLE_TIMING 2u
 
 /* cudaHostFn_t: runs on a CUDA thread once the stream reaches it; it must
  * not call CUDA. */
@@ -34,6 +36,12 @@ typedef struct hcb__cuda {
     int (*host_alloc)(void **ptr, size_t n, unsigned flags);
     int (*free_host)(void *ptr);
     const char *(*error_string)(int status);
+    /* cudaEventCreateWithFlags, cudaEventRecord, cudaStreamWaitEvent,
+     * cudaEventDestroy: one stream waits for another (hcb_cuda_stream_wait) */
+    int (*event_create)(void **event, unsigned flags);
+    int (*event_record)(void *event, void *stream);
+    int (*stream_wait_event)(void *stream, void *event, unsigned flags);
+    int (*event_destroy)(void *event);
 } hcb__cuda;
 
 /* The table in use: the stand-in a test installed, else libcudart's,
@@ -50,27 +58,30 @@ void hcb__cuda_install(const hcb__cuda *api);
 int hcb__cuda_fail(const hcb__cuda *api, int status, const char *what,
                    hcb_error *err);
 
-/* ---- pinned.c: the pool of pinned host memory --------------------------
+/* ---- pinned.c: the pools of pinned host memory -------------------------
  *
- * One block of pinned memory (HCB__PINNED_BYTES), taken at the first use,
- * handed out as a ring: records and call staging are carved in the order
- * the devices ask, and come back mostly in that order.  A caller marks
+ * One per CUDA device (ordinals 0 to HCB__PINNED_DEVICES - 1), each one
+ * slab of pinned memory (HCB__PINNED_BYTES), pinned at the device's first
+ * use, from which records and call staging are carved.  A caller marks
  * what it took "delivered" once the consumer is done with it (a record
- * kept by the user longer still holds its bytes). */
+ * kept by the user longer still holds its bytes, and nothing else). */
 
-#define HCB__PINNED_BYTES ((size_t)256 << 20)
+#define HCB__PINNED_BYTES   ((size_t)256 << 20)
+#define HCB__PINNED_DEVICES 256
 
-/* `n` bytes of pinned memory, aligned to 64; waits while the pool is full
- * and something taken from it is still on its way (a copy in flight, a
- * record not yet delivered): that is the device's back-pressure.  NULL
- * with HCB_OK in `err->code` when waiting cannot help: `n` is over half
- * the pool, or what holds the pool is all kept by users; the caller then
- * stages through smaller blocks, or uses memory of its own.  NULL with an error
- * when the pool cannot be allocated. */
-void *hcb__pinned_take(const hcb__cuda *api, size_t n, hcb_error *err);
+/* `n` bytes of pinned memory of device `ordinal`'s pool, aligned to 64.
+ * With `may_wait`, waits while the pool has no room and something taken
+ * from it is still on its way (a copy in flight, a record not yet
+ * delivered): that is the device's back-pressure.  NULL with HCB_OK in
+ * `err->code` when waiting cannot help or is not allowed: `n` is over half
+ * the pool, what holds the pool is all kept by users, or `may_wait` is
+ * false; the caller then stages through smaller blocks, or uses memory of
+ * its own.  NULL with an error when the pool cannot be made. */
+void *hcb__pinned_take(const hcb__cuda *api, int ordinal, size_t n,
+                       bool may_wait, hcb_error *err);
 
-/* The pool's size, 0 before its first use. */
-size_t hcb__pinned_capacity(void);
+/* The pool's size, 0 before the device's first use. */
+size_t hcb__pinned_capacity(int ordinal);
 
 /* Gives back what hcb__pinned_take returned (any thread, no CUDA call). */
 void hcb__pinned_give(void *p);
@@ -80,15 +91,20 @@ void hcb__pinned_give(void *p);
  * it. */
 void hcb__pinned_delivered(void *p);
 
-/* The pool's size from now on (0: the default): HCB_ESTATE, changing
- * nothing, while some of it is in use (hcb_cuda_set_pinned_bytes).  And
- * for tests, what it holds. */
+/* Counts a tap of device `ordinal` that waited for its stream because its
+ * pool was held (platform_cuda.c). */
+void hcb__pinned_note_sync(int ordinal);
+
+/* The pools' size from now on (0: the default): HCB_ESTATE, changing
+ * nothing, while some of any is in use (hcb_cuda_set_pinned_bytes); the
+ * counters start again.  And for tests and stats, what one holds (false:
+ * the device has no pool). */
 #define HCB__PINNED_MIN_BYTES ((size_t)4 << 20)
 int hcb__pinned_configure(size_t bytes);
 typedef struct hcb__pinned_stats {
-    size_t capacity, used, blocks, on_the_way;
-    uint64_t waits, refusals;
+    size_t capacity, used, blocks, on_the_way, on_the_way_bytes, free_blocks;
+    uint64_t waits, refusals, syncs;
 } hcb__pinned_stats;
-void hcb__pinned_get_stats(hcb__pinned_stats *out);
+bool hcb__pinned_get_stats(int ordinal, hcb__pinned_stats *out);
 
 #endif /* HCB_CUDA_H */

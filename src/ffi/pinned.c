@@ -1,132 +1,248 @@
 /*
- * pinned.c - the pool of pinned host memory that device-to-host copies
- * land in (cuda.h).
+ * pinned.c - the pools of pinned host memory that device-to-host copies
+ * land in (cuda.h): one per CUDA device.
  *
  * A copy from the device runs at full speed, and asynchronously, only into
  * pinned memory, and pinning memory is slow (milliseconds per call, and it
- * may synchronise the device): so the pool pins one block once, at the
- * first tap or call that needs it, and carves it as a ring.  Takers come
- * from XLA's threads, one per device; givers are CUDA's host-function
+ * may synchronise the device): so each device's pool pins one slab once,
+ * at the first tap or call of that device that needs it, and carves it.
+ * Takers are XLA's threads (the device's); givers are CUDA's host-function
  * thread, the consumers, or whoever drops a record's last reference.
  *
- *   slab: | block | block | ... free ... | block | ... |
- *            ^tail (oldest held)            ^head (next carved)
+ * One pool per device: a device waits only for its own blocks, never for
+ * another device's (a device one collective ahead of another may hold its
+ * blocks until the other catches up, which it could not do if it waited
+ * for them).
  *
- * Each block starts with a header; a block given back is marked free, and
- * the tail moves past free blocks only, so a block held long (a record the
- * user kept) holds the ring behind it until it goes.  When a block does
- * not fit between head and the end of the slab, the rest of the slab
- * becomes a padding block and carving goes on at the start.
+ * The slab is a sequence of blocks, each with a header that gives its size
+ * and its predecessor's (boundary tags), taken or free:
  *
- * Waiting: a taker that finds no room waits while some block is still "on
- * its way" (its copy in flight, its record queued or being delivered): that
- * one will come back, so waiting is the device's back-pressure.  When all
- * the taken blocks are held by users instead, or the request is over half
- * the pool, waiting could last forever, and the taker gets NULL and uses
- * memory of its own (platform_cuda.c).
+ *   slab: | taken | free ......... | taken (kept) | free ... | taken |
+ *
+ * The free blocks are also on a list.  Taking is first fit on that list,
+ * splitting the block found; giving back merges the block with free
+ * neighbours at once.  So memory given back is reusable wherever it lies:
+ * a block that stays taken long (a record the user kept) holds its own
+ * bytes and nothing else, and the free list is never longer than the
+ * number of taken blocks plus one.
+ *
+ * Waiting: a taker that finds no free block large enough waits while some
+ * block of its pool is still "on its way" (its copy in flight, its record
+ * queued or being delivered): that one will come back, so waiting is the
+ * device's back-pressure.  When the taken blocks are all held by users
+ * instead, or the request is over half the pool, or the taker must not
+ * wait (a consumer thread: the blocks on their way may be its own to
+ * deliver), it gets NULL and uses memory of its own (platform_cuda.c).
+ *
+ * Locks: pools.mu guards the table of pools (creation and configure) and
+ * is taken before a pool's mu; a pool's mu guards the pool.  Both are
+ * leaves against the runtime's locks (runtime.h): nothing else is taken
+ * under them, and no CUDA call but the slab's allocation and release.
  */
-#include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "ffi/cuda.h"
 #include "hcb/ffi.h"
 
 #define ALIGN 64
+/* The least a free remainder may be: a header and one line of data. */
+#define MIN_SPLIT (2 * ALIGN)
 
-enum { FREE, TAKEN, PADDING };
+enum { FREE, TAKEN };
+
+typedef struct pool pool;
 
 typedef struct block {
-    size_t size;     /* of the block, header included, a multiple of ALIGN */
-    int state;       /* FREE, TAKEN, PADDING */
+    size_t size;      /* of the block, header included, a multiple of ALIGN */
+    size_t prev_size; /* of the block before it in the slab; 0: the first */
+    pool *owner;
+    struct block *next_free, *prev_free; /* on owner's free list, if FREE */
+    int state;
     bool on_the_way; /* taken and not yet delivered */
     _Alignas(ALIGN) char data[];
 } block;
 
-static struct {
+_Static_assert(sizeof(block) == ALIGN, "a block header is one line");
+
+struct pool {
     hcb__mutex mu;
-    hcb__cond room;       /* broadcast when blocks come back or are delivered */
-    const hcb__cuda *api; /* the one that allocated `slab` */
+    hcb__cond room; /* broadcast to `waiters` when blocks come back */
+    int ordinal;
+    const hcb__cuda *api; /* the one that pinned `slab` */
     char *slab;
     size_t capacity; /* 0 until the slab exists */
-    size_t want;     /* the capacity to allocate (hcb__pinned_configure) */
-    size_t head, tail, used, blocks, on_the_way;
-    uint64_t waits, refusals;
-} pool;
+    block *free_list;
+    size_t used, blocks, on_the_way, on_the_way_bytes;
+    unsigned waiters;
+    uint64_t waits, refusals, syncs;
+};
 
-static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static struct {
+    hcb__mutex mu;
+    /* The capacity of slabs pinned from now on (0: the default), written
+     * under pools.mu and every pool's mu, read under one pool's. */
+    atomic_size_t want;
+    _Atomic(pool *) pools[HCB__PINNED_DEVICES];
+} pools = {{PTHREAD_MUTEX_INITIALIZER}, 0, {NULL}};
+
+/* ---- the free list and the blocks around a block (under pool->mu) ---- */
 
 static void
-pool_init(void)
+list_push(pool *p, block *b)
 {
-    if (hcb__mutex_init(&pool.mu) != HCB_OK ||
-        hcb__cond_init(&pool.room) != HCB_OK)
-        abort(); /* the process cannot make a mutex: nothing else works */
+    b->state = FREE;
+    b->on_the_way = false;
+    b->prev_free = NULL;
+    b->next_free = p->free_list;
+    if (p->free_list != NULL)
+        p->free_list->prev_free = b;
+    p->free_list = b;
 }
 
-/* Carves `need` bytes at the head, or returns NULL.  Under pool.mu. */
-static block *
-carve(size_t need)
+static void
+list_remove(pool *p, block *b)
 {
-    block *b;
+    if (b->prev_free != NULL)
+        b->prev_free->next_free = b->next_free;
+    else
+        p->free_list = b->next_free;
+    if (b->next_free != NULL)
+        b->next_free->prev_free = b->prev_free;
+}
 
-    if (pool.used == 0)
-        pool.head = pool.tail = 0;
-    if (pool.used > 0 && pool.head == pool.tail)
-        return NULL; /* full */
-    if (pool.head >= pool.tail) {
-        if (pool.capacity - pool.head < need) {
-            if (pool.tail < need)
-                return NULL;
-            if (pool.head < pool.capacity) {
-                b = (block *)(pool.slab + pool.head);
-                b->size = pool.capacity - pool.head;
-                b->state = PADDING;
-                b->on_the_way = false;
-                pool.used += b->size;
-            }
-            pool.head = 0;
-        }
-    } else if (pool.tail - pool.head < need) {
+/* The block after `b` in the slab, or NULL at its end. */
+static block *
+next_of(pool *p, block *b)
+{
+    char *next = (char *)b + b->size;
+
+    return next < p->slab + p->capacity ? (block *)next : NULL;
+}
+
+static block *
+prev_of(block *b)
+{
+    return b->prev_size > 0 ? (block *)((char *)b - b->prev_size) : NULL;
+}
+
+/* First fit: a free block of `need` bytes (split off a larger one), taken
+ * and on its way; or NULL. */
+static block *
+carve(pool *p, size_t need)
+{
+    block *b, *rest, *next;
+
+    for (b = p->free_list; b != NULL && b->size < need; b = b->next_free)
+        ;
+    if (b == NULL)
         return NULL;
+    list_remove(p, b);
+    if (b->size - need >= MIN_SPLIT) {
+        rest = (block *)((char *)b + need);
+        rest->size = b->size - need;
+        rest->prev_size = need;
+        rest->owner = p;
+        if ((next = next_of(p, rest)) != NULL)
+            next->prev_size = rest->size;
+        list_push(p, rest);
+        b->size = need;
     }
-    b = (block *)(pool.slab + pool.head);
-    b->size = need;
     b->state = TAKEN;
     b->on_the_way = true;
-    pool.head += need;
-    pool.used += need;
-    pool.blocks++;
-    pool.on_the_way++;
+    p->used += b->size;
+    p->blocks++;
+    p->on_the_way++;
+    p->on_the_way_bytes += b->size;
     return b;
 }
 
-/* Moves the tail past blocks given back.  Under pool.mu. */
+/* Frees `b`, merged with its free neighbours. */
 static void
-reclaim(void)
+release(pool *p, block *b)
 {
-    while (pool.used > 0) {
-        block *b = (block *)(pool.slab + pool.tail);
+    block *next = next_of(p, b), *prev = prev_of(b);
 
-        if (b->state == TAKEN)
-            break;
-        pool.used -= b->size;
-        pool.tail += b->size;
-        if (pool.tail == pool.capacity)
-            pool.tail = 0;
+    p->used -= b->size;
+    p->blocks--;
+    if (next != NULL && next->state == FREE) {
+        list_remove(p, next);
+        b->size += next->size;
     }
-    if (pool.used == 0)
-        pool.head = pool.tail = 0;
+    if (prev != NULL && prev->state == FREE) {
+        list_remove(p, prev);
+        prev->size += b->size;
+        b = prev;
+    }
+    if ((next = next_of(p, b)) != NULL)
+        next->prev_size = b->size;
+    list_push(p, b);
 }
 
-/* Pins the slab.  Under pool.mu. */
-static int
-pin(const hcb__cuda *api, hcb_error *err)
+/* `b` is no longer on its way. */
+static void
+arrived(pool *p, block *b)
 {
-    size_t want = pool.want != 0 ? pool.want : HCB__PINNED_BYTES;
+    if (b->on_the_way) {
+        b->on_the_way = false;
+        p->on_the_way--;
+        p->on_the_way_bytes -= b->size;
+    }
+}
+
+/* ---- the pools ------------------------------------------------------- */
+
+/* The pool of device `ordinal`, made on first use; NULL with `err` set. */
+static pool *
+pool_get(int ordinal, bool create, hcb_error *err)
+{
+    pool *p;
+
+    if (ordinal < 0 || ordinal >= HCB__PINNED_DEVICES) {
+        if (err != NULL)
+            hcb_error_set(err, HCB_EUNIMPL,
+                          "CUDA device ordinal %d is outside 0..%d", ordinal,
+                          HCB__PINNED_DEVICES - 1);
+        return NULL;
+    }
+    p = atomic_load_explicit(&pools.pools[ordinal], memory_order_acquire);
+    if (p != NULL || !create)
+        return p;
+    hcb__mutex_lock(&pools.mu);
+    p = atomic_load_explicit(&pools.pools[ordinal], memory_order_relaxed);
+    if (p == NULL && (p = hcb__calloc(1, sizeof *p)) != NULL) {
+        if (hcb__mutex_init(&p->mu) != HCB_OK) {
+            hcb__free(p);
+            p = NULL;
+        } else if (hcb__cond_init(&p->room) != HCB_OK) {
+            hcb__mutex_destroy(&p->mu);
+            hcb__free(p);
+            p = NULL;
+        } else {
+            p->ordinal = ordinal;
+            atomic_store_explicit(&pools.pools[ordinal], p,
+                                  memory_order_release);
+        }
+    }
+    hcb__mutex_unlock(&pools.mu);
+    if (p == NULL)
+        hcb_error_set(err, HCB_ENOMEM,
+                      "cannot allocate the pinned pool of CUDA device %d",
+                      ordinal);
+    return p;
+}
+
+/* Pins the slab: one free block.  Under p->mu. */
+static int
+pin(pool *p, const hcb__cuda *api, hcb_error *err)
+{
+    size_t want;
     void *slab = NULL;
+    block *b;
     int status;
 
-    want &= ~(size_t)(ALIGN - 1);
+    want = atomic_load(&pools.want);
+    want = (want != 0 ? want : HCB__PINNED_BYTES) & ~(size_t)(ALIGN - 1);
     if ((status =
              api->host_alloc(&slab, want, HCB__CUDA_HOST_ALLOC_PORTABLE)) != 0)
         return hcb__cuda_fail(api, status, "cannot pin host memory", err);
@@ -135,109 +251,145 @@ pin(const hcb__cuda *api, hcb_error *err)
         return hcb_error_set(err, HCB_EINTERNAL,
                              "pinned memory is not %d-byte aligned", ALIGN);
     }
-    pool.api = api;
-    pool.slab = slab;
-    pool.capacity = want;
-    pool.head = pool.tail = pool.used = 0;
+    p->api = api;
+    p->slab = slab;
+    p->capacity = want;
+    p->free_list = NULL;
+    b = (block *)slab;
+    b->size = want;
+    b->prev_size = 0;
+    b->owner = p;
+    list_push(p, b);
     return HCB_OK;
 }
 
 void *
-hcb__pinned_take(const hcb__cuda *api, size_t n, hcb_error *err)
+hcb__pinned_take(const hcb__cuda *api, int ordinal, size_t n, bool may_wait,
+                 hcb_error *err)
 {
     size_t need = (sizeof(block) + n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
     block *b = NULL;
     bool waited = false;
+    pool *p;
 
     err->code = HCB_OK;
     if (need < n)
         return NULL;
-    pthread_once(&pool_once, pool_init);
-    hcb__mutex_lock(&pool.mu);
-    if (pool.capacity == 0 && pin(api, err) != HCB_OK) {
-        hcb__mutex_unlock(&pool.mu);
+    if ((p = pool_get(ordinal, true, err)) == NULL)
+        return NULL;
+    hcb__mutex_lock(&p->mu);
+    if (p->capacity == 0 && pin(p, api, err) != HCB_OK) {
+        hcb__mutex_unlock(&p->mu);
         return NULL;
     }
-    if (need <= pool.capacity / 2) {
-        while ((b = carve(need)) == NULL && pool.on_the_way > 0) {
-            pool.waits += !waited;
+    if (need <= p->capacity / 2) {
+        while ((b = carve(p, need)) == NULL && may_wait && p->on_the_way > 0) {
+            p->waits += !waited;
             waited = true;
-            hcb__cond_wait(&pool.room, &pool.mu);
+            p->waiters++;
+            hcb__cond_wait(&p->room, &p->mu);
+            p->waiters--;
         }
     }
-    pool.refusals += b == NULL;
-    hcb__mutex_unlock(&pool.mu);
+    p->refusals += b == NULL;
+    hcb__mutex_unlock(&p->mu);
     return b != NULL ? b->data : NULL;
 }
 
 size_t
-hcb__pinned_capacity(void)
+hcb__pinned_capacity(int ordinal)
 {
-    size_t capacity;
+    pool *p = pool_get(ordinal, false, NULL);
+    size_t capacity = 0;
 
-    pthread_once(&pool_once, pool_init);
-    hcb__mutex_lock(&pool.mu);
-    capacity = pool.capacity;
-    hcb__mutex_unlock(&pool.mu);
+    if (p != NULL) {
+        hcb__mutex_lock(&p->mu);
+        capacity = p->capacity;
+        hcb__mutex_unlock(&p->mu);
+    }
     return capacity;
 }
 
 static block *
-block_of(void *p)
+block_of(void *mem)
 {
-    return (block *)((char *)p - offsetof(block, data));
+    return (block *)((char *)mem - offsetof(block, data));
 }
 
 void
-hcb__pinned_delivered(void *p)
+hcb__pinned_delivered(void *mem)
 {
-    block *b = block_of(p);
+    block *b = block_of(mem);
+    pool *p = b->owner;
 
-    hcb__mutex_lock(&pool.mu);
-    if (b->on_the_way) {
-        b->on_the_way = false;
-        pool.on_the_way--;
-        hcb__cond_broadcast(&pool.room);
-    }
-    hcb__mutex_unlock(&pool.mu);
+    hcb__mutex_lock(&p->mu);
+    arrived(p, b);
+    if (p->waiters > 0) /* it no longer holds them back from refusing */
+        hcb__cond_broadcast(&p->room);
+    hcb__mutex_unlock(&p->mu);
 }
 
 void
-hcb__pinned_give(void *p)
+hcb__pinned_give(void *mem)
 {
-    block *b = block_of(p);
+    block *b = block_of(mem);
+    pool *p = b->owner;
 
-    hcb__mutex_lock(&pool.mu);
-    if (b->on_the_way) {
-        b->on_the_way = false;
-        pool.on_the_way--;
+    hcb__mutex_lock(&p->mu);
+    arrived(p, b);
+    release(p, b);
+    if (p->waiters > 0)
+        hcb__cond_broadcast(&p->room);
+    hcb__mutex_unlock(&p->mu);
+}
+
+void
+hcb__pinned_note_sync(int ordinal)
+{
+    pool *p = pool_get(ordinal, false, NULL);
+
+    if (p != NULL) {
+        hcb__mutex_lock(&p->mu);
+        p->syncs++;
+        hcb__mutex_unlock(&p->mu);
     }
-    b->state = FREE;
-    pool.blocks--;
-    reclaim();
-    hcb__cond_broadcast(&pool.room);
-    hcb__mutex_unlock(&pool.mu);
 }
 
 int
 hcb__pinned_configure(size_t bytes)
 {
-    int rc = HCB_OK;
+    int rc = HCB_OK, i;
 
-    pthread_once(&pool_once, pool_init);
-    hcb__mutex_lock(&pool.mu);
-    if (pool.capacity != 0 && pool.used == 0) {
-        pool.api->free_host(pool.slab);
-        pool.slab = NULL;
-        pool.capacity = 0;
+    /* every pool locked (in ordinal order, after pools.mu) while it checks
+     * and then changes them all */
+    hcb__mutex_lock(&pools.mu);
+    for (i = 0; i < HCB__PINNED_DEVICES; i++) {
+        pool *p = atomic_load_explicit(&pools.pools[i], memory_order_relaxed);
+
+        if (p != NULL) {
+            hcb__mutex_lock(&p->mu);
+            if (p->used != 0)
+                rc = HCB_ESTATE;
+        }
     }
-    if (pool.capacity == 0) {
-        pool.want = bytes;
-        pool.waits = pool.refusals = 0;
-    } else {
-        rc = HCB_ESTATE;
+    if (rc == HCB_OK)
+        atomic_store(&pools.want, bytes);
+    for (i = 0; i < HCB__PINNED_DEVICES; i++) {
+        pool *p = atomic_load_explicit(&pools.pools[i], memory_order_relaxed);
+
+        if (p == NULL)
+            continue;
+        if (rc == HCB_OK) {
+            if (p->capacity != 0)
+                p->api->free_host(p->slab);
+            p->slab = NULL;
+            p->capacity = 0;
+            p->free_list = NULL;
+            p->waits = p->refusals = p->syncs = 0;
+        }
+        hcb__mutex_unlock(&p->mu);
     }
-    hcb__mutex_unlock(&pool.mu);
+    hcb__mutex_unlock(&pools.mu);
     return rc;
 }
 
@@ -256,16 +408,55 @@ hcb_cuda_set_pinned_bytes(size_t bytes, hcb_error *err)
     return HCB_OK;
 }
 
-void
-hcb__pinned_get_stats(hcb__pinned_stats *out)
+bool
+hcb__pinned_get_stats(int ordinal, hcb__pinned_stats *out)
 {
-    pthread_once(&pool_once, pool_init);
-    hcb__mutex_lock(&pool.mu);
-    out->capacity = pool.capacity;
-    out->used = pool.used;
-    out->blocks = pool.blocks;
-    out->on_the_way = pool.on_the_way;
-    out->waits = pool.waits;
-    out->refusals = pool.refusals;
-    hcb__mutex_unlock(&pool.mu);
+    pool *p = pool_get(ordinal, false, NULL);
+    block *b;
+
+    memset(out, 0, sizeof *out);
+    if (p == NULL)
+        return false;
+    hcb__mutex_lock(&p->mu);
+    out->capacity = p->capacity;
+    out->used = p->used;
+    out->blocks = p->blocks;
+    out->on_the_way = p->on_the_way;
+    out->on_the_way_bytes = p->on_the_way_bytes;
+    for (b = p->free_list; b != NULL; b = b->next_free)
+        out->free_blocks++;
+    out->waits = p->waits;
+    out->refusals = p->refusals;
+    out->syncs = p->syncs;
+    hcb__mutex_unlock(&p->mu);
+    return true;
+}
+
+int
+hcb_cuda_get_pool_stats(int32_t ordinal, hcb_cuda_pool_stats *stats,
+                        hcb_error *err)
+{
+    hcb_cuda_pool_stats s = HCB_CUDA_POOL_STATS_INIT;
+    hcb__pinned_stats ps;
+    size_t size;
+
+    if (stats == NULL || stats->struct_size < sizeof(size_t))
+        return hcb_error_set(err, HCB_EINVAL, "stats needs struct_size");
+    if (!hcb__pinned_get_stats(ordinal, &ps))
+        return hcb_error_set(err, HCB_ENOTFOUND,
+                             "CUDA device %d has no pinned pool (no GPU "
+                             "callback has run on it)",
+                             (int)ordinal);
+    s.capacity = ps.capacity;
+    s.used_bytes = ps.used;
+    s.in_flight_bytes = ps.on_the_way_bytes;
+    s.kept_bytes = ps.used - ps.on_the_way_bytes;
+    s.waits = ps.waits;
+    s.refusals = ps.refusals;
+    s.syncs = ps.syncs;
+    /* only the fields the caller's struct has */
+    size = stats->struct_size < sizeof s ? stats->struct_size : sizeof s;
+    s.struct_size = size;
+    memcpy(stats, &s, size);
+    return HCB_OK;
 }

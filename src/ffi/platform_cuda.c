@@ -4,17 +4,22 @@
  * stream.  And the handlers libhcb exports for platform "CUDA", over the
  * bodies in handlers.h.
  *
- * A tap never waits for the stream.  Its record is laid out in pinned host
- * memory (pinned.c), the copies of the tapped operands into it are
- * enqueued on XLA's stream, followed by a host function (`landed`) that
- * submits the record to the device's queue: CUDA runs it on its own thread
- * once the copies are done, in stream order, so records enter the queue in
- * the order the program issued them.  A full queue makes `landed` wait,
- * which holds the stream: the device waits (back-pressure).
+ * A tap never waits for the stream, and nothing it enqueues ever waits.
+ * On XLA's thread it reserves room for its record in the device's queue
+ * (hcb__runtime_reserve: a full queue makes this thread wait, which is the
+ * device's back-pressure, as on CPU), takes pinned host memory from the
+ * device's pool (pinned.c: a full pool makes it wait too), lays the record
+ * out there, and enqueues on XLA's stream the copies of the tapped
+ * operands into it, then a host function (`landed`) that hands the record
+ * to the queue (hcb__runtime_submit_reserved: never waits, takes no lock
+ * held for long, no GIL).  CUDA runs it on its own thread once the copies
+ * are done, in stream order, so records enter the queue in the order the
+ * program issued them.
  *
- *   XLA's thread:   take pinned | memcpyAsync D2H ... | launchHostFunc ->
- * return the stream:     ... kernels | copies | landed: hcb_runtime_submit |
- * ... consumer:                                 deliver -> tap function
+ *   XLA's thread:   reserve | take pinned | memcpyAsync D2H ... |
+ *                   launchHostFunc -> return
+ *   the stream:     ... kernels | copies | landed: submit_reserved | ...
+ *   consumer:                                 deliver -> tap function
  *
  * A call needs the values on the host before its function runs and its
  * results on the device before the program goes on: the operands are
@@ -26,8 +31,10 @@
  *
  * A record over half the pool goes to ordinary memory, its bytes staged
  * through the pool in chunks (send_staged), still without waiting.  Only
- * when the whole pool is held by records the user kept does XLA's thread
- * wait for a tap's copy, into ordinary memory.
+ * when the device's whole pool is held by records the user kept, or the
+ * taker is a consumer thread (which must not wait for records it may have
+ * to deliver itself), does XLA's thread wait for a tap's copy, into
+ * ordinary memory (counted: the pool's `syncs`, hcb_cuda_get_pool_stats).
  */
 #include <string.h>
 
@@ -148,26 +155,32 @@ pinned_record_delivered(hcb_record *rec)
 static const hcb__record_owner pinned_owner = {pinned_record_free,
                                                pinned_record_delivered};
 
-/* The host function after a tap's copies: they have landed. */
+/* The host function after a tap's copies: they have landed.  It only
+ * hands the record over, into the room reserved for it. */
 static void
 landed(void *data)
 {
     pending *p = data;
-    hcb_record *rec = (hcb_record *)p->record;
-    hcb_device device = rec->device;
-    hcb_runtime *rt = p->rt;
-    hcb_error err;
 
-    if (hcb_runtime_submit(rt, rec, &err) != HCB_OK)
-        hcb_runtime_record_error(rt, device, &err);
+    hcb__runtime_submit_reserved(p->rt, (hcb_record *)p->record);
+}
+
+/* Whether this thread may wait for the pool: not a consumer thread (a tap
+ * function that runs a GPU computation), whose wait could be for records
+ * it has to deliver itself. */
+static bool
+may_wait(void)
+{
+    return hcb__consumer == NULL;
 }
 
 /* A record the pool cannot hold whole: it goes to ordinary memory, and its
  * bytes pass through the pool in chunks of a quarter of it, each copied on
  * from its pinned block by a host function (`unstage`), the last of which
- * submits the record.  When the pool cannot take a chunk either (what
- * holds it is all kept by users), the rest is copied straight into the
- * record while XLA's thread waits. */
+ * submits the record (into the room reserved for it).  When the pool
+ * cannot take a chunk either (what holds it is all kept by users, or this
+ * thread may not wait), the rest is copied straight into the record while
+ * XLA's thread waits. */
 typedef struct chunk {
     hcb_runtime *rt;
     hcb_record *rec; /* on the last chunk: submit it after the copy */
@@ -182,12 +195,11 @@ unstage(void *data)
     chunk *c = data;
     hcb_runtime *rt = c->rt;
     hcb_record *rec = c->rec;
-    hcb_error err;
 
     memcpy(c->dst, c->data, c->n);
     hcb__pinned_give(c);
-    if (rec != NULL && hcb_runtime_submit(rt, rec, &err) != HCB_OK)
-        hcb_runtime_record_error(rt, hcb_record_device(rec), &err);
+    if (rec != NULL)
+        hcb__runtime_submit_reserved(rt, rec);
 }
 
 /* The last chunk of `rec`'s arrays: (array, offset) of its start. */
@@ -208,7 +220,9 @@ static int
 send_staged(hcb_runtime *rt, const hcb__cuda *api, void *stream, uint64_t id,
             hcb_device device, const hcb_array *src, size_t n, hcb_error *err)
 {
-    size_t size = hcb__pinned_capacity() / 4, last_arg, last_off, i, off, len;
+    int ordinal = HCB_DEVICE_ORDINAL(device);
+    size_t size = hcb__pinned_capacity(ordinal) / 4, last_arg, last_off, i, off,
+           len;
     bool waiting = size == 0; /* no chunk fits: XLA's thread waits */
     hcb_record *rec;
     int rc, status = 0;
@@ -226,7 +240,8 @@ send_staged(hcb_runtime *rt, const hcb__cuda *api, void *stream, uint64_t id,
             len = src[i].nbytes - off;
             if (!waiting) {
                 len = len < size ? len : size;
-                c = hcb__pinned_take(api, sizeof *c + len, err);
+                c = hcb__pinned_take(api, ordinal, sizeof *c + len, may_wait(),
+                                     err);
                 if (c == NULL && (rc = err->code) != HCB_OK)
                     break;
                 if (c == NULL) { /* the pool is held by kept records */
@@ -254,14 +269,18 @@ send_staged(hcb_runtime *rt, const hcb__cuda *api, void *stream, uint64_t id,
                                     "copying an operand to the host", err);
         }
     }
-    if (rc == HCB_OK && (status = api->stream_synchronize(stream)) != 0)
-        rc = hcb__cuda_fail(api, status, "waiting for a tap's copy", err);
+    if (rc == HCB_OK) {
+        hcb__pinned_note_sync(ordinal);
+        if ((status = api->stream_synchronize(stream)) != 0)
+            rc = hcb__cuda_fail(api, status, "waiting for a tap's copy", err);
+    }
     if (rc != HCB_OK) {
         settle(api, stream);
         hcb_record_release(rec);
         return rc;
     }
-    return hcb_runtime_submit(rt, rec, err);
+    hcb__runtime_submit_reserved(rt, rec);
+    return HCB_OK;
 }
 
 static int
@@ -276,13 +295,18 @@ cuda_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
     int rc, status;
 
     if ((rc = stream_of(frame, &api, &stream, err)) != HCB_OK ||
-        (rc = hcb__record_measure(src, n, &size, err)) != HCB_OK)
+        (rc = hcb__record_measure(src, n, &size, err)) != HCB_OK ||
+        (rc = hcb__runtime_reserve(rt, device, size.bytes, err)) != HCB_OK)
         return rc;
-    p = hcb__pinned_take(api, sizeof *p + size.bytes, err);
-    if (p == NULL)
-        return err->code != HCB_OK
-                   ? err->code
-                   : send_staged(rt, api, stream, id, device, src, n, err);
+    p = hcb__pinned_take(api, HCB_DEVICE_ORDINAL(device),
+                         sizeof *p + size.bytes, may_wait(), err);
+    if (p == NULL) {
+        if ((rc = err->code) == HCB_OK)
+            rc = send_staged(rt, api, stream, id, device, src, n, err);
+        if (rc != HCB_OK)
+            hcb__runtime_unreserve(rt, device, size.bytes);
+        return rc;
+    }
     p->rt = rt;
     rec =
         hcb__record_place(p->record, &pinned_owner, &size, id, device, src, n);
@@ -293,6 +317,7 @@ cuda_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
     if (rc != HCB_OK) {
         settle(api, stream);
         hcb_record_release(rec);
+        hcb__runtime_unreserve(rt, device, size.bytes);
     }
     return rc;
 }
@@ -348,7 +373,8 @@ cuda_call(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
         return hcb_error_set(err, HCB_ENOMEM,
                              "hcb_call: cannot allocate %zu array views",
                              nargs + nresults);
-    mem = hcb__pinned_take(api, bytes, err);
+    mem = hcb__pinned_take(api, HCB_DEVICE_ORDINAL(device), bytes, may_wait(),
+                           err);
     if (mem == NULL && err->code == HCB_OK) {
         pinned = false;
         if ((mem = hcb__malloc(bytes > 0 ? bytes : 1)) == NULL)
@@ -377,10 +403,12 @@ cuda_call(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
     if (rc == HCB_OK && pinned &&
         (status = api->launch_host_func(stream, give_back, mem)) != 0)
         rc = hcb__cuda_fail(api, status, "hcb_call: enqueueing a release", err);
-    if (rc == HCB_OK && !pinned && nresults > 0 &&
-        (status = api->stream_synchronize(stream)) != 0)
-        rc = hcb__cuda_fail(api, status, "hcb_call: waiting for the results",
-                            err);
+    if (rc == HCB_OK && !pinned && nresults > 0) {
+        hcb__pinned_note_sync(HCB_DEVICE_ORDINAL(device));
+        if ((status = api->stream_synchronize(stream)) != 0)
+            rc = hcb__cuda_fail(api, status,
+                                "hcb_call: waiting for the results", err);
+    }
     if (rc != HCB_OK) {
         settle(api, stream);
         if (pinned)

@@ -34,7 +34,7 @@ deliver_earlier_taps(hcb_runtime *rt, channel *ch, const target *t,
                              hcb__now_ns() + HCB_CALL_WAIT_WARN_NS))
         return HCB_OK;
     running = atomic_load_explicit(&ch->delivering, memory_order_relaxed);
-    hcb__runtime_log(
+    hcb__runtime_warn(
         rt,
         "call '%s' on %s:%d has waited %llu s for the taps its "
         "device issued before it (the tap function now running: "

@@ -4,7 +4,9 @@
  * barriers, stop, the queue bound, stats and the stall warning.
  *
  * The path of a record: the platform's send (platform_cpu.c, on an XLA
- * thread) calls hcb_runtime_submit -> channel_get finds the device's
+ * thread) calls hcb_runtime_submit (CUDA's: hcb__runtime_reserve on XLA's
+ * thread, hcb__runtime_submit_reserved from a host function once the
+ * record's bytes have landed) -> channel_get finds the device's
  * channel -> ensure_consumer starts its thread on first use ->
  * hcb__queue_push (may wait: back-pressure) -> the consumer thread
  * (consumer_main) pops it -> deliver looks up the target (registry.c) and
@@ -206,6 +208,40 @@ hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec, hcb_error *err)
     return HCB_OK;
 }
 
+int
+hcb__runtime_reserve(hcb_runtime *rt, hcb_device device, size_t bytes,
+                     hcb_error *err)
+{
+    channel *ch = channel_get(rt, device, err);
+    int rc;
+
+    if (ch == NULL)
+        return err->code;
+    if ((rc = hcb__ensure_consumer(ch, false, err)) != HCB_OK)
+        return rc;
+    /* a consumer that exited before it saw the reservation is replaced
+     * here, on the reserving thread, which may wait for a stop's join */
+    if (!hcb__queue_reserve(&ch->queue, bytes, hcb__consumer == ch) &&
+        (rc = hcb__ensure_consumer(ch, true, err)) != HCB_OK) {
+        hcb__queue_unreserve(&ch->queue, bytes);
+        return rc;
+    }
+    return HCB_OK;
+}
+
+void
+hcb__runtime_submit_reserved(hcb_runtime *rt, hcb_record *rec)
+{
+    /* the channel exists: the reservation made it */
+    hcb__queue_push_reserved(&hcb__channel_find(rt, rec->device)->queue, rec);
+}
+
+void
+hcb__runtime_unreserve(hcb_runtime *rt, hcb_device device, size_t bytes)
+{
+    hcb__queue_unreserve(&hcb__channel_find(rt, device)->queue, bytes);
+}
+
 /* Waits for the records submitted to `ch` so far; with `check`, wakes every
  * `poll_ns` to call it and stops when it returns nonzero. */
 static int
@@ -267,8 +303,9 @@ hcb_runtime_barrier(hcb_runtime *rt, hcb_device device, hcb_error *err)
 
 /* A producer of `ch` (the device's thread) has waited `waited_ns` for room
  * in the queue (queue.c calls it once per wait, no lock held).  Warns, at
- * most once a minute per device: if the tap function running now runs a
- * computation on this device, neither can go on. */
+ * most once a minute per device, from the warning thread (runtime.h,
+ * "Stalls"): if the tap function running now runs a computation on this
+ * device, neither can go on. */
 void
 hcb__channel_stalled(void *user, uint64_t waited_ns)
 {
@@ -281,7 +318,7 @@ hcb__channel_stalled(void *user, uint64_t waited_ns)
     if ((last != 0 && now - last < STALL_WARN_EVERY_NS) ||
         !atomic_compare_exchange_strong(&ch->stall_warned_ns, &last, now))
         return;
-    hcb__runtime_log(
+    hcb__runtime_warn(
         ch->rt,
         "device %s:%d has waited %.1f s for room in its tap queue "
         "(bound %zu bytes) while the tap function '%s' is running.  "
@@ -311,6 +348,7 @@ hcb_runtime_stop(hcb_runtime *rt, hcb_error *err)
         if (ch != NULL)
             stop_channel(ch);
     }
+    hcb__runtime_warn_stop(rt);
     return HCB_OK;
 }
 

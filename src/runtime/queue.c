@@ -67,8 +67,22 @@
  * runs a computation on the waiting device deadlocks), with `mu` released,
  * and waits on.
  *
+ * Reservations.  A producer that cannot wait where its record is made (a
+ * CUDA host function) reserves the record's bytes first, on a thread that
+ * may wait (hcb__queue_reserve: the same `reserve` as a push, then
+ * `reserved` counted), and pushes it later without waiting
+ * (hcb__queue_push_reserved: `pushed` counted, linked, then `reserved`
+ * uncounted).  A closing consumer exits only once `reserved` is 0 and
+ * nothing more is pushed; until then it sleeps on `nonempty`, which a
+ * reserved push or an unreserve signals.  The reserver counts `reserved`
+ * and then reads `consumer_active`; the consumer clears `consumer_active`
+ * and then reads `reserved` (both sequentially consistent): either the
+ * consumer stays for the record, or the reserver sees it gone and starts
+ * another (channels.c) before the record can come.
+ *
  * Ordering.  Records leave in the order they were linked: for one producer
- * thread, the order it pushed them.
+ * thread, the order it pushed them; reserved records in the order they
+ * are pushed, not reserved.
  *
  * Shutdown.  close sets `closing`; the consumer keeps popping until the
  * queue is empty, then marks itself inactive, checks `pushed` once more
@@ -250,18 +264,52 @@ link_last(hcb__queue *q, hcb_record *rec)
     atomic_store_explicit(&prev->next, rec, memory_order_release);
 }
 
+/* Wakes the consumer if it sleeps.  Called after a change it waits for,
+ * made sequentially consistent (see Sleeping). */
+static void
+wake_consumer(hcb__queue *q)
+{
+    if (atomic_load(&q->consumer_sleeping)) {
+        hcb__mutex_lock(&q->mu);
+        hcb__cond_signal(&q->nonempty);
+        hcb__mutex_unlock(&q->mu);
+    }
+}
+
 bool
 hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer)
 {
     reserve(q, rec->size, self_consumer);
     atomic_fetch_add(&q->pushed, 1); /* before the link: see Counts */
     link_last(q, rec);
-    if (atomic_load(&q->consumer_sleeping)) {
-        hcb__mutex_lock(&q->mu);
-        hcb__cond_signal(&q->nonempty);
-        hcb__mutex_unlock(&q->mu);
-    }
+    wake_consumer(q);
     return atomic_load(&q->consumer_active);
+}
+
+bool
+hcb__queue_reserve(hcb__queue *q, size_t size, bool self_consumer)
+{
+    reserve(q, size, self_consumer);
+    atomic_fetch_add(&q->reserved, 1); /* before the read: see Reservations */
+    return atomic_load(&q->consumer_active);
+}
+
+void
+hcb__queue_push_reserved(hcb__queue *q, hcb_record *rec)
+{
+    atomic_fetch_add(&q->pushed, 1); /* counted before `reserved` drops */
+    link_last(q, rec);
+    atomic_fetch_sub(&q->reserved, 1);
+    wake_consumer(q);
+}
+
+void
+hcb__queue_unreserve(hcb__queue *q, size_t size)
+{
+    atomic_fetch_sub(&q->bytes, size);
+    atomic_fetch_sub(&q->reserved, 1);
+    wake_waiters(q);
+    wake_consumer(q);
 }
 
 /* The oldest record, or NULL when none can be taken yet (the list is
@@ -372,10 +420,10 @@ hcb__queue_pop(hcb__queue *q, uint64_t done_records, size_t done_bytes)
                 hcb__cpu_relax();
             continue;
         }
-        if (atomic_load(&q->closing)) {
+        if (atomic_load(&q->closing) && atomic_load(&q->reserved) == 0) {
             count_done(q);
             atomic_store(&q->consumer_active, false);
-            if (nothing_pushed(q))
+            if (nothing_pushed(q) && atomic_load(&q->reserved) == 0)
                 return NULL; /* closing and drained */
             atomic_store(&q->consumer_active, true);
             continue;
@@ -395,7 +443,9 @@ hcb__queue_pop(hcb__queue *q, uint64_t done_records, size_t done_bytes)
         count_done(q);
         hcb__mutex_lock(&q->mu);
         atomic_store(&q->consumer_sleeping, true);
-        while (nothing_pushed(q) && !atomic_load(&q->closing))
+        /* closing, it waits only for the records reserved */
+        while (nothing_pushed(q) &&
+               (!atomic_load(&q->closing) || atomic_load(&q->reserved) > 0))
             hcb__cond_wait(&q->nonempty, &q->mu);
         atomic_store(&q->consumer_sleeping, false);
         hcb__mutex_unlock(&q->mu);

@@ -38,6 +38,9 @@ typedef struct hcb__queue {
     atomic_size_t high_water; /* the most `bytes` seen */
     _Atomic uint64_t waiters; /* threads waiting on `progress` */
     _Atomic uint64_t space_waiters; /* of them, producers out of space */
+    /* Room reserved (hcb__queue_reserve) for records not yet pushed: the
+     * consumer does not exit on close while some are on their way. */
+    _Atomic uint64_t reserved;
     char pad3[64];
 
     /* Sleeping and waiting. */
@@ -81,6 +84,21 @@ void hcb__queue_set_stall(hcb__queue *q, void (*fn)(void *, uint64_t),
  * caller must start one.  `self_consumer` is true when the caller is this
  * queue's own consumer thread: it never waits (it would wait for itself). */
 bool hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer);
+
+/* The same in two steps, for a producer whose record is made later on a
+ * thread that must not wait (a CUDA host function, once the record's
+ * copies have landed).  hcb__queue_reserve takes room for `size` bytes,
+ * waiting for it as hcb__queue_push does (the back-pressure falls on the
+ * caller; `self_consumer` as there), counts a record on its way, and
+ * returns whether a consumer is active (if not, the caller must start one
+ * before the record comes).  hcb__queue_push_reserved then appends `rec`
+ * (ownership passes to the queue; its size must be `size`) and never
+ * waits; hcb__queue_unreserve gives the room back instead.  While a
+ * reservation is outstanding an active consumer does not exit, even when
+ * the queue is closed: the record it waits for finds it there. */
+bool hcb__queue_reserve(hcb__queue *q, size_t size, bool self_consumer);
+void hcb__queue_push_reserved(hcb__queue *q, hcb_record *rec);
+void hcb__queue_unreserve(hcb__queue *q, size_t size);
 
 /* Takes note that `done_records` popped records of `done_bytes` in all
  * are finished (0, 0: none); they are counted done in batches, at once if

@@ -70,6 +70,97 @@ hcb__runtime_log(hcb_runtime *rt, const char *fmt, ...)
         fprintf(stderr, "hcb: warning: %s\n", msg);
 }
 
+/* ---- the warning thread --------------------------------------------------
+ *
+ * Logs the warnings of threads that must not run the sink themselves (a
+ * device's thread waiting for room: runtime.h, "Stalls").  It starts at
+ * the first such warning and exits once stopped and out of messages. */
+
+static void *
+warn_main(void *arg)
+{
+    hcb_runtime *rt = arg;
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    uint64_t dropped;
+
+    hcb__mutex_lock(&rt->warn_mu);
+    for (;;) {
+        while (rt->warn_count == 0 && !rt->warn_stopping)
+            hcb__cond_wait(&rt->warn_cv, &rt->warn_mu);
+        if (rt->warn_count == 0)
+            break; /* stopped, and nothing left */
+        memcpy(msg, rt->warn_msgs[rt->warn_head], sizeof msg);
+        rt->warn_head = (rt->warn_head + 1) % WARN_SLOTS;
+        rt->warn_count--;
+        dropped = rt->warn_dropped;
+        rt->warn_dropped = 0;
+        hcb__mutex_unlock(&rt->warn_mu);
+        if (dropped > 0)
+            hcb__runtime_log(rt, "%s (and %llu warnings more, dropped)", msg,
+                             (unsigned long long)dropped);
+        else
+            hcb__runtime_log(rt, "%s", msg);
+        hcb__mutex_lock(&rt->warn_mu);
+    }
+    hcb__mutex_unlock(&rt->warn_mu);
+    return NULL;
+}
+
+void
+hcb__runtime_warn(hcb_runtime *rt, const char *fmt, ...)
+{
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    bool to_stderr = false;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    hcb__mutex_lock(&rt->warn_mu);
+    if (rt->warn_count == WARN_SLOTS) {
+        rt->warn_dropped++;
+    } else {
+        memcpy(rt->warn_msgs[(rt->warn_head + rt->warn_count) % WARN_SLOTS],
+               msg, sizeof msg);
+        rt->warn_count++;
+        if (rt->warn_running) {
+            hcb__cond_broadcast(&rt->warn_cv); /* stops wait on it too */
+        } else if (hcb__thread_create(&rt->warn_thread, "hcb-warn", warn_main,
+                                      rt) == HCB_OK) {
+            rt->warn_running = true;
+        } else { /* no thread: the message must not be lost with it */
+            rt->warn_count--;
+            to_stderr = true;
+        }
+    }
+    hcb__mutex_unlock(&rt->warn_mu);
+    if (to_stderr)
+        fprintf(stderr, "hcb: warning: %s\n", msg);
+}
+
+void
+hcb__runtime_warn_stop(hcb_runtime *rt)
+{
+    pthread_t t;
+
+    hcb__mutex_lock(&rt->warn_mu);
+    while (rt->warn_joining) /* another stop joins it: wait for that one */
+        hcb__cond_wait(&rt->warn_cv, &rt->warn_mu);
+    if (!rt->warn_running || pthread_equal(rt->warn_thread, pthread_self())) {
+        hcb__mutex_unlock(&rt->warn_mu);
+        return; /* none, or the sink itself stops the runtime */
+    }
+    rt->warn_joining = rt->warn_stopping = true;
+    t = rt->warn_thread;
+    hcb__cond_broadcast(&rt->warn_cv);
+    hcb__mutex_unlock(&rt->warn_mu);
+    hcb__thread_join(t);
+    hcb__mutex_lock(&rt->warn_mu);
+    rt->warn_running = rt->warn_joining = rt->warn_stopping = false;
+    hcb__cond_broadcast(&rt->warn_cv);
+    hcb__mutex_unlock(&rt->warn_mu);
+}
+
 void
 hcb_runtime_set_only_cpu_device(hcb_runtime *rt, int32_t ordinal)
 {
@@ -103,6 +194,11 @@ reset_after_fork(hcb_runtime *rt)
 
     (void)hcb__mutex_init(&rt->mu);
     (void)hcb__mutex_init(&rt->err_mu);
+    (void)hcb__mutex_init(&rt->warn_mu);
+    (void)hcb__cond_init(&rt->warn_cv);
+    rt->warn_running = rt->warn_stopping = rt->warn_joining = false;
+    rt->warn_head = rt->warn_count = 0;
+    rt->warn_dropped = 0;
     rt->pending_errors = 0;
     memset(rt->sharded, 0, sizeof rt->sharded);
     for (i = 0; i < CHANNEL_SLOTS; i++) {
@@ -213,6 +309,13 @@ hcb_runtime_create(const hcb_runtime_options *options, hcb_runtime **out,
         hcb__free(rt);
         return hcb_error_set(err, HCB_ESYSTEM, "cannot create a mutex");
     }
+    if (hcb__mutex_init(&rt->warn_mu) != HCB_OK ||
+        hcb__cond_init(&rt->warn_cv) != HCB_OK) {
+        hcb__mutex_destroy(&rt->err_mu);
+        hcb__mutex_destroy(&rt->mu);
+        hcb__free(rt);
+        return hcb_error_set(err, HCB_ESYSTEM, "cannot create a mutex");
+    }
     runtimes_add(rt);
     *out = rt;
     return HCB_OK;
@@ -235,6 +338,8 @@ hcb_runtime_destroy(hcb_runtime *rt)
     }
     for (i = 0; i < TARGET_CHUNKS; i++)
         hcb__free(atomic_load_explicit(&rt->chunks[i], memory_order_relaxed));
+    hcb__cond_destroy(&rt->warn_cv);
+    hcb__mutex_destroy(&rt->warn_mu);
     hcb__mutex_destroy(&rt->err_mu);
     hcb__mutex_destroy(&rt->mu);
     hcb__free(rt);

@@ -9,10 +9,12 @@
  * the handlers with no context of ours, so they use the default runtime
  * (hcb_runtime_default); tests make their own.
  *
- * Threads.  One consumer thread per channel, named "hcb-cpu-N", started by
- * the first submit for that device and after every stop.  Producers are
- * any threads.  Barrier and stop callers are any threads except consumers
- * of the runtime (which get HCB_EDEADLK: they would wait for themselves).
+ * Threads.  One consumer thread per channel, named "hcb-cpu-N" (or
+ * "hcb-gpu-N"), started by the first submit for that device and after every
+ * stop; one warning thread, "hcb-warn", started by the first warning of a
+ * waiting thread (see "Stalls").  Producers are any threads.  Barrier and stop
+ * callers are any threads except consumers of the runtime (which get
+ * HCB_EDEADLK: they would wait for themselves).
  *
  * Locks, in the order they may be taken (every mutex of libhcb is here):
  *   0. runtimes_mu         (runtime.c) the list of runtimes, for fork;
@@ -24,6 +26,10 @@
  *   4. rt->err_mu          the recorded errors (a leaf)
  *   5. arena_free.mu       (record.c) the free arenas (a leaf)
  *   6. large.mu            (record.c) the kept large blocks (a leaf)
+ *   7. rt->warn_mu         the warning thread's messages (a leaf)
+ *   8. pool->mu            (src/ffi/pinned.c) a device's pinned pool, and
+ *                          pools.mu, the table of pools (leaves: taken by
+ *                          the CUDA platform with none of the above held)
  * The extension's own (python/_hcb) are listed in hcbpy.h; none is held
  * while it calls into libhcb.
  * Lookups of channels and targets take no lock: both tables are append-only
@@ -39,7 +45,11 @@
  *   - the record pools (record.c): free arenas and large blocks, and each
  *     thread's current arena (thread-local);
  *   - hcb__consumer (channels.c, thread-local): the channel whose consumer
- *     this thread is.
+ *     this thread is;
+ *   - in the CUDA platform (src/ffi): the CUDA runtime's table (cuda.c),
+ *     loaded once, and the pinned pools, one per CUDA device (pinned.c),
+ *     made at the device's first GPU callback and kept for the process;
+ *     XLA calls the CUDA handlers with no context of ours either.
  *
  * Ordering.  Records of one device are consumed one at a time in submit
  * order; a call first waits for the taps its device issued before it.
@@ -65,11 +75,23 @@
  * tap function runs.  Forking from inside a tap function is not supported
  * (the child's thread would be a consumer).
  *
+ * Reservations.  A producer that must not wait where its record is made
+ * (the CUDA platform: its records are submitted by CUDA host functions)
+ * reserves the record's room in its device's queue first, on XLA's
+ * thread, which waits there when the queue is full (hcb__runtime_reserve:
+ * the same back-pressure as a submit), and submits the record later
+ * without waiting (hcb__runtime_submit_reserved).  A stop waits for the
+ * reserved records too (queue.c, "Reservations").
+ *
  * Stalls.  A producer that has waited STALL_WARN_NS for room in its queue
- * calls hcb__channel_stalled (no lock held), which logs the likely cause,
- * naming the tap function running now (`delivering`): a tap function that
- * runs a computation on its own device while that device waits for room.
- * At most once a minute per device; the producer goes on waiting.
+ * calls hcb__channel_stalled (no lock held), which warns of the likely
+ * cause, naming the tap function running now (`delivering`): a tap
+ * function that runs a computation on its own device while that device
+ * waits for room.  At most once a minute per device; the producer goes on
+ * waiting.  The warning is logged by the runtime's warning thread
+ * ("hcb-warn", hcb__runtime_warn), never by the waiting thread: that one
+ * is XLA's, which must not take the GIL for a log sink written in Python.
+ * The thread starts at the first warning and stops with the runtime.
  *
  * Barriers that must react while they wait (Python's Ctrl-C) use
  * hcb_runtime_barrier_poll: the wait wakes every poll interval and calls
@@ -95,6 +117,8 @@
  * minute per device at most): see hcb__channel_stalled. */
 #define STALL_WARN_NS       ((uint64_t)2000000000u)
 #define STALL_WARN_EVERY_NS ((uint64_t)60000000000u)
+/* Warnings waiting for the warning thread, at most. */
+#define WARN_SLOTS 8
 
 typedef enum { TARGET_TAP = 1, TARGET_CALL = 2 } target_kind;
 
@@ -138,6 +162,16 @@ struct hcb_runtime {
 
     hcb_log_fn log_fn; /* under mu */
     void *log_user;    /* under mu */
+
+    /* The warning thread (hcb__runtime_warn) and the messages it has to
+     * log, oldest at warn_head; all under warn_mu. */
+    hcb__mutex warn_mu;
+    hcb__cond warn_cv; /* messages came, or the thread stopped */
+    pthread_t warn_thread;
+    bool warn_running, warn_stopping, warn_joining;
+    unsigned warn_head, warn_count;
+    uint64_t warn_dropped; /* messages that found no free slot */
+    char warn_msgs[WARN_SLOTS][HCB_ERROR_MESSAGE_SIZE];
 
     hcb__mutex err_mu;
     uint64_t pending_errors; /* under err_mu */
@@ -212,10 +246,31 @@ int hcb__ensure_consumer(channel *ch, bool recheck, hcb_error *err);
 /* queue.c's stall callback: see "Stalls" above. */
 void hcb__channel_stalled(void *user, uint64_t waited_ns);
 
+/* Reserves room for a record of `bytes` in `device`'s queue, waiting for it
+ * while the queue is full (back-pressure), and makes sure the device has a
+ * consumer (see "Reservations" above).  HCB_OK, or an error in `err` (no
+ * channel, no thread) with nothing reserved. */
+int hcb__runtime_reserve(hcb_runtime *rt, hcb_device device, size_t bytes,
+                         hcb_error *err);
+/* Submits `rec` (ownership passes to the runtime) into the room reserved
+ * for it (rec->size bytes, on rec->device): never waits, never fails; any
+ * thread, a CUDA host function included. */
+void hcb__runtime_submit_reserved(hcb_runtime *rt, hcb_record *rec);
+/* Gives back room reserved and not used. */
+void hcb__runtime_unreserve(hcb_runtime *rt, hcb_device device, size_t bytes);
+
 /* runtime.c */
 /* Logs a warning through the runtime's sink (hcb_runtime_set_log), or to
- * stderr without one. */
+ * stderr without one, on the calling thread. */
 void hcb__runtime_log(hcb_runtime *rt, const char *fmt, ...) HCB_PRINTF(2, 3);
+/* The same from the runtime's warning thread ("Stalls" above), for a
+ * caller that must not run the sink itself: returns at once.  A message
+ * that finds all WARN_SLOTS taken is dropped and counted (the next one
+ * says so); one that cannot start the thread goes to stderr. */
+void hcb__runtime_warn(hcb_runtime *rt, const char *fmt, ...) HCB_PRINTF(2, 3);
+/* Stops the warning thread once it has logged what it holds (stop and
+ * destroy; a later warning starts it again). */
+void hcb__runtime_warn_stop(hcb_runtime *rt);
 
 /* calls.c */
 /* Parks `error` for call `id` until `ndevices` devices have taken it;

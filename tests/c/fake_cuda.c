@@ -6,8 +6,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-enum { OP_COPY, OP_SET, OP_HOST };
+enum { OP_COPY, OP_SET, OP_HOST, OP_WAIT };
 
 typedef struct op {
     struct op *next;
@@ -18,6 +19,8 @@ typedef struct op {
     int value;
     hcb__cuda_host_fn fn;
     void *data;
+    fake_stream *after; /* OP_WAIT: waits until `after` has run `upto` ops */
+    unsigned long upto;
 } op;
 
 struct fake_stream {
@@ -25,8 +28,15 @@ struct fake_stream {
     pthread_cond_t cv;
     op *head, *tail;
     bool held, running_op, stop;
+    unsigned long enqueued, completed; /* ops, ever */
     pthread_t thread;
 };
+
+/* An event: the point of a stream where it was recorded. */
+typedef struct fake_event {
+    fake_stream *stream;
+    unsigned long upto;
+} fake_event;
 
 fake_counts fake_cuda_counts;
 atomic_long fake_cuda_fail_copy_after = -1, fake_cuda_fail_launch_after = -1;
@@ -58,12 +68,19 @@ stream_main(void *arg)
         case OP_SET:
             memset(o->dst, o->value, o->n);
             break;
+        case OP_WAIT:
+            pthread_mutex_lock(&o->after->mu);
+            while (o->after->completed < o->upto)
+                pthread_cond_wait(&o->after->cv, &o->after->mu);
+            pthread_mutex_unlock(&o->after->mu);
+            break;
         default:
             o->fn(o->data);
         }
         free(o);
         pthread_mutex_lock(&s->mu);
         s->running_op = false;
+        s->completed++;
         pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
@@ -113,6 +130,28 @@ fake_stream_drain(fake_stream *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+bool
+fake_stream_idle_within(fake_stream *s, long ms)
+{
+    struct timespec until;
+    bool idle;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->mu);
+    while ((s->head != NULL || s->running_op) &&
+           pthread_cond_timedwait(&s->cv, &s->mu, &until) == 0)
+        ;
+    idle = s->head == NULL && !s->running_op;
+    pthread_mutex_unlock(&s->mu);
+    return idle;
+}
+
 static int
 enqueue(void *stream, op o)
 {
@@ -127,6 +166,7 @@ enqueue(void *stream, op o)
     else
         s->head = copy;
     s->tail = copy;
+    s->enqueued++;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return 0;
@@ -145,7 +185,7 @@ fails(atomic_long *countdown)
 static int
 fake_memcpy_async(void *dst, const void *src, size_t n, int kind, void *stream)
 {
-    op o = {NULL, OP_COPY, dst, src, n, 0, NULL, NULL};
+    op o = {NULL, OP_COPY, dst, src, n, 0, NULL, NULL, NULL, 0};
 
     (void)kind;
     if (fails(&fake_cuda_fail_copy_after))
@@ -157,7 +197,7 @@ fake_memcpy_async(void *dst, const void *src, size_t n, int kind, void *stream)
 static int
 fake_memset_async(void *dst, int value, size_t n, void *stream)
 {
-    op o = {NULL, OP_SET, dst, NULL, n, value, NULL, NULL};
+    op o = {NULL, OP_SET, dst, NULL, n, value, NULL, NULL, NULL, 0};
 
     atomic_fetch_add(&fake_cuda_counts.memsets, 1);
     return enqueue(stream, o);
@@ -166,7 +206,7 @@ fake_memset_async(void *dst, int value, size_t n, void *stream)
 static int
 fake_launch_host_func(void *stream, hcb__cuda_host_fn fn, void *data)
 {
-    op o = {NULL, OP_HOST, NULL, NULL, 0, 0, fn, data};
+    op o = {NULL, OP_HOST, NULL, NULL, 0, 0, fn, data, NULL, 0};
 
     if (fails(&fake_cuda_fail_launch_after))
         return LAUNCH_FAILURE;
@@ -206,10 +246,51 @@ fake_error_string(int status)
                                     : "fake CUDA error";
 }
 
-const hcb__cuda fake_cuda = {fake_memcpy_async,     fake_memset_async,
-                             fake_launch_host_func, fake_stream_synchronize,
-                             fake_host_alloc,       fake_free_host,
-                             fake_error_string};
+static int
+fake_event_create(void **event, unsigned flags)
+{
+    (void)flags;
+    atomic_fetch_add(&fake_cuda_counts.events, 1);
+    *event = calloc(1, sizeof(fake_event));
+    return *event != NULL ? 0 : 2;
+}
+
+static int
+fake_event_record(void *event, void *stream)
+{
+    fake_event *e = event;
+    fake_stream *s = stream;
+
+    pthread_mutex_lock(&s->mu);
+    e->stream = s;
+    e->upto = s->enqueued;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+static int
+fake_stream_wait_event(void *stream, void *event, unsigned flags)
+{
+    fake_event *e = event;
+    op o = {NULL, OP_WAIT, NULL, NULL, 0, 0, NULL, NULL, e->stream, e->upto};
+
+    (void)flags;
+    atomic_fetch_add(&fake_cuda_counts.event_waits, 1);
+    return enqueue(stream, o);
+}
+
+static int
+fake_event_destroy(void *event)
+{
+    free(event);
+    return 0;
+}
+
+const hcb__cuda fake_cuda = {
+    fake_memcpy_async,       fake_memset_async, fake_launch_host_func,
+    fake_stream_synchronize, fake_host_alloc,   fake_free_host,
+    fake_error_string,       fake_event_create, fake_event_record,
+    fake_stream_wait_event,  fake_event_destroy};
 
 void
 fake_cuda_reset_counts(void)
@@ -220,6 +301,8 @@ fake_cuda_reset_counts(void)
     atomic_store(&fake_cuda_counts.syncs, 0);
     atomic_store(&fake_cuda_counts.host_allocs, 0);
     atomic_store(&fake_cuda_counts.free_hosts, 0);
+    atomic_store(&fake_cuda_counts.events, 0);
+    atomic_store(&fake_cuda_counts.event_waits, 0);
     atomic_store(&fake_cuda_fail_copy_after, -1);
     atomic_store(&fake_cuda_fail_launch_after, -1);
 }

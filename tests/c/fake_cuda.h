@@ -2,8 +2,9 @@
  * fake_cuda.h - a stand-in for the CUDA runtime's function table (ffi/cuda.h)
  * for the CUDA platform's tests: a "stream" is a thread that runs what is
  * enqueued on it in order (copies are memcpy, host functions are called
- * there, asynchronously), "device memory" is host memory, and pinned memory
- * is aligned malloc.  Only the driver is replaced: the handlers, the
+ * there, asynchronously), "device memory" is host memory, pinned memory
+ * is aligned malloc, and an event is a point in a stream that another
+ * stream's thread waits for.  Only the driver is replaced: the handlers, the
  * pinned pool and the runtime under test are the real ones.
  */
 #ifndef HCB_TEST_FAKE_CUDA_H
@@ -26,8 +27,13 @@ void fake_stream_hold(fake_stream *s, bool hold);
  * wait: not counted as a synchronisation). */
 void fake_stream_drain(fake_stream *s);
 
+/* Whether the stream has run everything enqueued on it (nothing stuck)
+ * within `ms` milliseconds: the test's own look, not a synchronisation. */
+bool fake_stream_idle_within(fake_stream *s, long ms);
+
 typedef struct fake_counts {
     atomic_long copies, host_funcs, memsets, syncs, host_allocs, free_hosts;
+    atomic_long events, event_waits;
 } fake_counts;
 
 extern const hcb__cuda fake_cuda;

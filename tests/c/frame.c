@@ -5,6 +5,8 @@
 #include <string.h>
 
 int32_t test_device_ordinal = 0;
+_Thread_local int32_t test_thread_ordinal = -1;
+_Thread_local void *test_thread_stream = NULL;
 
 static XLA_FFI_Error *
 fake_error_create(XLA_FFI_Error_Create_Args *args)
@@ -25,13 +27,26 @@ fake_error_destroy(XLA_FFI_Error_Destroy_Args *args)
 static XLA_FFI_Error *
 fake_device_ordinal(XLA_FFI_DeviceOrdinal_Get_Args *args)
 {
-    args->device_ordinal = test_device_ordinal;
+    args->device_ordinal =
+        test_thread_ordinal >= 0 ? test_thread_ordinal : test_device_ordinal;
     return NULL;
 }
 
+/* As XLA does, it checks that the arguments are whole for the header's
+ * version (0.4 added `errc`). */
 static void
 fake_error_get_message(hcb_ffi_error_message_args *args)
 {
+#if XLA_FFI_API_MAJOR == 0 && XLA_FFI_API_MINOR < 4
+    size_t whole = XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE;
+#else
+    size_t whole = XLA_FFI_Error_GetDetails_Args_STRUCT_SIZE;
+#endif
+
+    if (args->struct_size < whole) {
+        args->message = "(struct_size too small for this FFI version)";
+        return;
+    }
     args->message = ((test_error *)args->error)->message;
 }
 
@@ -44,6 +59,10 @@ fake_stream_get(XLA_FFI_Stream_Get_Args *args)
                                    "no GPU context here",
                                    XLA_FFI_Error_Code_UNIMPLEMENTED};
 
+    if (test_thread_stream != NULL) {
+        args->stream = test_thread_stream;
+        return NULL;
+    }
     if (test_stream == NULL)
         return fake_error_create(&e);
     args->stream = test_stream;

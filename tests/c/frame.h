@@ -32,6 +32,10 @@ typedef struct test_error {
 
 extern int32_t test_device_ordinal; /* what DeviceOrdinal_Get reports */
 extern void *test_stream; /* what Stream_Get reports; NULL: it fails */
+/* The same for the calling thread alone (a thread that plays another
+ * device), in place of the two above: -1 and NULL leave them. */
+extern _Thread_local int32_t test_thread_ordinal;
+extern _Thread_local void *test_thread_stream;
 
 void tf_init(test_frame *tf);
 /* Adds an operand/result pair; the result aliases the operand unless

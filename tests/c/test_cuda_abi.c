@@ -19,6 +19,9 @@ _Static_assert((int)cudaMemcpyDeviceToHost == HCB__CUDA_D2H, "D2H");
 _Static_assert((int)cudaMemcpyDeviceToDevice == HCB__CUDA_D2D, "D2D");
 _Static_assert(cudaHostAllocPortable == HCB__CUDA_HOST_ALLOC_PORTABLE,
                "portable");
+_Static_assert(cudaEventDisableTiming == HCB__CUDA_EVENT_DISABLE_TIMING,
+               "an event without timing");
+_Static_assert(sizeof(cudaEvent_t) == sizeof(void *), "a pointer");
 
 /* The functions cuda.c binds have these prototypes in the toolkit (the
  * initialisations fail to compile if one differs). */
@@ -35,6 +38,13 @@ static cudaError_t (*const host_alloc)(void **, size_t,
                                        unsigned) = cudaHostAlloc;
 static cudaError_t (*const free_host)(void *) = cudaFreeHost;
 static const char *(*const error_string)(cudaError_t) = cudaGetErrorString;
+static cudaError_t (*const event_create)(cudaEvent_t *,
+                                         unsigned) = cudaEventCreateWithFlags;
+static cudaError_t (*const event_record)(cudaEvent_t,
+                                         cudaStream_t) = cudaEventRecord;
+static cudaError_t (*const stream_wait_event)(cudaStream_t, cudaEvent_t,
+                                              unsigned) = cudaStreamWaitEvent;
+static cudaError_t (*const event_destroy)(cudaEvent_t) = cudaEventDestroy;
 
 static void
 test_toolkit_prototypes_match(void **state)
@@ -47,6 +57,14 @@ test_toolkit_prototypes_match(void **state)
     assert_non_null(host_alloc);
     assert_non_null(free_host);
     assert_non_null(error_string);
+    assert_non_null(event_create);
+    assert_non_null(event_record);
+    assert_non_null(stream_wait_event);
+    assert_non_null(event_destroy);
+    /* the DLPack stream numbers 1 and 2 are these handles, which
+     * hcb_cuda_stream_wait passes to CUDA as they are */
+    assert_int_equal((uintptr_t)cudaStreamLegacy, 1);
+    assert_int_equal((uintptr_t)cudaStreamPerThread, 2);
 }
 
 /* hcb_cuda_load finds the real runtime, and its errors come back with

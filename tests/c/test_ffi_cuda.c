@@ -13,7 +13,21 @@
 static hcb_runtime *rt;
 static tu_sink *sink;
 static fake_stream *stream;
-static uint64_t sink_id, keep_id, double_id, fail_id, in_place_id;
+static uint64_t sink_id, keep_id, double_id, fail_id, in_place_id, gate_id;
+
+/* A tap function that waits until the gate opens (a slow consumer). */
+static atomic_bool gate_open;
+static atomic_int gate_seen;
+
+static int
+gate_fn(void *user, hcb_record *rec, hcb_error *err)
+{
+    (void)user, (void)rec, (void)err;
+    while (!atomic_load(&gate_open))
+        tu_sleep_us(1000);
+    atomic_fetch_add(&gate_seen, 1);
+    return 0;
+}
 
 /* Records a keeping tap kept (hcb_record_retain), to give back later. */
 static hcb_record *kept[64];
@@ -96,6 +110,10 @@ setup(void **state)
     assert_int_equal(hcb_runtime_register_tap(rt, &t, &sink_id, NULL), HCB_OK);
     t.fn = keep_fn;
     assert_int_equal(hcb_runtime_register_tap(rt, &t, &keep_id, NULL), HCB_OK);
+    t.fn = gate_fn;
+    assert_int_equal(hcb_runtime_register_tap(rt, &t, &gate_id, NULL), HCB_OK);
+    atomic_store(&gate_open, true);
+    atomic_store(&gate_seen, 0);
     c.fn = double_fn;
     assert_int_equal(hcb_runtime_register_call(rt, &c, &double_id, NULL),
                      HCB_OK);
@@ -119,7 +137,7 @@ teardown(void **state)
     tu_sink_free(sink);
     give_kept();
     /* every test gives all the pinned memory back */
-    hcb__pinned_get_stats(&ps);
+    assert_true(hcb__pinned_get_stats(3, &ps));
     assert_int_equal(ps.used, 0);
     assert_int_equal(ps.blocks, 0);
     assert_int_equal(ps.on_the_way, 0);
@@ -150,6 +168,22 @@ tap(int32_t *device_data, int64_t n, uint64_t id, char *msg)
     tf_add_u64(&tf, "callback_id", id);
     tf_add_i64(&tf, "ntapped", 1);
     return run_body(&tf, "hcb_tap", hcb__tap_body, &hcb__platform_cuda, msg);
+}
+
+/* After taps of the values 0 .. n - 1 into the sink: once the stream has
+ * run and the runtime delivered, the sink has each, in order, and nothing
+ * waited for the stream. */
+static void
+expect_in_order_without_syncs(int n)
+{
+    int i;
+
+    fake_stream_drain(stream);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(tu_sink_count(sink), (size_t)n);
+    for (i = 0; i < n; i++)
+        assert_int_equal(sink->first_value[i], i);
+    assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 0);
 }
 
 static void
@@ -202,19 +236,20 @@ test_taps_keep_program_order(void **state)
         x[i] = i;
         assert_int_equal(tap(&x[i], 1, sink_id, msg), 0);
     }
-    fake_stream_drain(stream);
-    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
-    assert_int_equal(tu_sink_count(sink), 1000);
-    for (i = 0; i < 1000; i++)
-        assert_int_equal(sink->first_value[i], i);
-    assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 0);
+    expect_in_order_without_syncs(1000);
     assert_int_equal(atomic_load(&fake_cuda_counts.host_allocs), 1);
 }
 
+/* A thread that taps `count` times (XLA's thread of a device: with
+ * `stream` set, of device `ordinal` on that stream, else the test's). */
 typedef struct {
     int32_t *data;
     int64_t n;
-    int count, done;
+    int count;
+    atomic_int done;
+    uint64_t id; /* 0: sink_id */
+    int32_t ordinal;
+    fake_stream *stream;
 } tapper;
 
 static void *
@@ -224,9 +259,13 @@ tapper_main(void *arg)
     char msg[HCB_ERROR_MESSAGE_SIZE];
     int i;
 
+    if (t->stream != NULL) {
+        test_thread_ordinal = t->ordinal;
+        test_thread_stream = t->stream;
+    }
     for (i = 0; i < t->count; i++)
-        if (tap(t->data, t->n, sink_id, msg) == 0)
-            t->done++;
+        if (tap(t->data, t->n, t->id != 0 ? t->id : sink_id, msg) == 0)
+            atomic_fetch_add(&t->done, 1);
     return NULL;
 }
 
@@ -236,7 +275,7 @@ static void
 test_a_full_pool_makes_the_device_wait(void **state)
 {
     static int32_t big[32768]; /* 128 KiB: 7 fit in the 1 MiB pool */
-    tapper t = {big, 32768, 20, 0};
+    tapper t = {big, 32768, 20, 0, 0, 0, NULL};
     hcb__pinned_stats ps;
     pthread_t th;
 
@@ -245,18 +284,164 @@ test_a_full_pool_makes_the_device_wait(void **state)
     fake_stream_hold(stream, true);
     pthread_create(&th, NULL, tapper_main, &t);
     tu_sleep_us(100000);
-    hcb__pinned_get_stats(&ps);
+    assert_true(hcb__pinned_get_stats(3, &ps));
     assert_true(ps.waits >= 1);
-    assert_true(t.done < 20);
+    assert_true(atomic_load(&t.done) < 20);
     assert_int_equal(tu_sink_count(sink), 0);
     fake_stream_hold(stream, false);
     pthread_join(th, NULL);
     fake_stream_drain(stream);
     assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
-    assert_int_equal(t.done, 20);
+    assert_int_equal(atomic_load(&t.done), 20);
     assert_int_equal(tu_sink_count(sink), 20);
     assert_int_equal(sink->first_value[19], 5);
     assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 0);
+}
+
+/* With the device's queue full, the waiting is XLA's thread's, before it
+ * enqueues a tap, as on CPU: the stream never waits (its host functions
+ * only hand records over), so everything enqueued on it runs. */
+static void
+test_a_full_queue_makes_xla_thread_wait_never_the_stream(void **state)
+{
+    static int32_t x[4096]; /* 16 KiB */
+    tapper t = {x, 4096, 20, 0, 0, 0, NULL};
+    hcb_stats st = HCB_STATS_INIT;
+    hcb__pinned_stats ps;
+    bool waiting, stream_idle;
+    pthread_t th;
+
+    (void)state;
+    t.id = gate_id;
+    atomic_store(&gate_open, false);
+    assert_int_equal(hcb_runtime_set_max_queue_bytes(rt, 64 << 10, NULL),
+                     HCB_OK);
+    pthread_create(&th, NULL, tapper_main, &t);
+    tu_sleep_us(200000);
+    waiting = atomic_load(&t.done) < 20;                 /* XLA's thread ... */
+    stream_idle = fake_stream_idle_within(stream, 2000); /* ... not CUDA's */
+    atomic_store(&gate_open, true);
+    pthread_join(th, NULL);
+    assert_true(waiting);
+    assert_true(stream_idle);
+    fake_stream_drain(stream);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(atomic_load(&t.done), 20);
+    assert_int_equal(atomic_load(&gate_seen), 20);
+    assert_int_equal(hcb_runtime_stats(rt, DEVICE, &st, NULL), HCB_OK);
+    assert_true(st.producer_waits >= 1);
+    assert_true(st.high_water_bytes <= 64 << 10);
+    assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 0);
+    assert_true(hcb__pinned_get_stats(3, &ps));
+    assert_int_equal(ps.syncs, 0);
+}
+
+/* One record kept by its tap function holds its own bytes of the pool and
+ * nothing else: 1,000 taps of 16 KiB through the 1 MiB pool after it never
+ * wait for the stream. */
+static void
+test_a_kept_record_does_not_make_taps_synchronous(void **state)
+{
+    static int32_t small[4] = {7, 0, 0, 0};
+    /* each tap's own "device memory": the copies land later */
+    int32_t *x = malloc((size_t)1000 * 4096 * sizeof *x);
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    hcb_cuda_pool_stats cs = HCB_CUDA_POOL_STATS_INIT;
+    hcb_error err;
+    int i;
+
+    (void)state;
+    assert_int_equal(tap(small, 4, keep_id, msg), 0);
+    fake_stream_drain(stream);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(atomic_load(&nkept), 1);
+    for (i = 0; i < 1000; i++) {
+        x[(size_t)i * 4096] = i;
+        assert_int_equal(tap(&x[(size_t)i * 4096], 4096, sink_id, msg), 0);
+    }
+    expect_in_order_without_syncs(1000);
+    assert_int_equal(hcb_cuda_get_pool_stats(3, &cs, &err), HCB_OK);
+    assert_int_equal(cs.syncs, 0);
+    assert_int_equal(cs.refusals, 0);
+    assert_true(cs.kept_bytes > 0 && cs.kept_bytes <= 256); /* the kept one */
+    assert_int_equal(cs.in_flight_bytes, 0);
+    assert_int_equal(cs.capacity, 1 << 20);
+    assert_int_equal(hcb_cuda_get_pool_stats(5, &cs, &err), HCB_ENOTFOUND);
+    free(x);
+}
+
+/* Two devices, one of them held (its stream stopped, its pool full, its
+ * XLA thread waiting): the other device's taps never wait for its pinned
+ * memory, and reach their tap function. */
+static void
+test_a_held_device_never_holds_another(void **state)
+{
+    static int32_t big[32768]; /* 128 KiB: 7 fit in a 1 MiB pool */
+    fake_stream *other = fake_stream_new();
+    tapper held = {big, 32768, 20, 0, 0, 0, NULL};
+    tapper free_one = {big, 32768, 20, 0, 0, 4, NULL};
+    hcb__pinned_stats ps;
+    pthread_t th_held, th_free;
+    int i;
+
+    (void)state;
+    free_one.stream = other;
+    fake_stream_hold(stream, true);
+    pthread_create(&th_held, NULL, tapper_main, &held);
+    tu_sleep_us(100000);
+    assert_true(hcb__pinned_get_stats(3, &ps));
+    assert_true(ps.waits >= 1); /* device 3 waits for its own blocks */
+    pthread_create(&th_free, NULL, tapper_main, &free_one);
+    for (i = 0; i < 5000 && atomic_load(&free_one.done) < 20; i++)
+        tu_sleep_us(1000);
+    assert_int_equal(atomic_load(&free_one.done), 20);
+    pthread_join(th_free, NULL);
+    fake_stream_drain(other);
+    assert_int_equal(
+        hcb_runtime_barrier(rt, HCB_DEVICE(HCB_PLATFORM_CUDA, 4), NULL),
+        HCB_OK);
+    assert_int_equal(tu_sink_count(sink), 20); /* device 4's, all */
+    assert_true(atomic_load(&held.done) < 20); /* device 3 still held */
+    fake_stream_hold(stream, false);
+    pthread_join(th_held, NULL);
+    fake_stream_drain(stream);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(tu_sink_count(sink), 40);
+    assert_true(hcb__pinned_get_stats(4, &ps));
+    assert_int_equal(ps.used, 0);
+    fake_stream_free(other);
+}
+
+/* hcb_cuda_stream_wait: work enqueued on a consumer's stream after it runs
+ * after XLA's, though the host never waited for XLA's stream. */
+static void
+test_a_consumer_stream_waits_for_xla_stream(void **state)
+{
+    fake_stream *consumer = fake_stream_new();
+    int32_t src = 5, on_device = 0, seen = 0;
+    hcb_error err;
+
+    (void)state;
+    fake_stream_hold(stream, true);
+    assert_int_equal(fake_cuda.memcpy_async(&on_device, &src, sizeof src,
+                                            HCB__CUDA_D2D, stream),
+                     0);
+    assert_int_equal(hcb_cuda_stream_wait(consumer, stream, &err), HCB_OK);
+    assert_int_equal(fake_cuda.memcpy_async(&seen, &on_device, sizeof seen,
+                                            HCB__CUDA_D2D, consumer),
+                     0);
+    assert_false(fake_stream_idle_within(consumer, 100)); /* it waits */
+    fake_stream_hold(stream, false);
+    fake_stream_drain(stream);
+    fake_stream_drain(consumer);
+    assert_int_equal(seen, 5);
+    assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 0);
+    assert_int_equal(atomic_load(&fake_cuda_counts.events), 1);
+    assert_int_equal(atomic_load(&fake_cuda_counts.event_waits), 1);
+    /* a stream is in order with itself: no event */
+    assert_int_equal(hcb_cuda_stream_wait(stream, stream, &err), HCB_OK);
+    assert_int_equal(atomic_load(&fake_cuda_counts.events), 1);
+    fake_stream_free(consumer);
 }
 
 /* A record larger than the pool passes, its bytes staged through the pool
@@ -292,7 +477,7 @@ test_a_record_larger_than_the_pool_still_passes(void **state)
             if (got[i] != (int32_t)i + 77)
                 fail_msg("element %lld is %d", (long long)i, got[i]);
     }
-    hcb__pinned_get_stats(&ps);
+    assert_true(hcb__pinned_get_stats(3, &ps));
     assert_int_equal(ps.refusals, 1); /* whole, then in 9 chunks */
     assert_true(atomic_load(&fake_cuda_counts.copies) >= 2 + 9);
     free(x);
@@ -322,7 +507,7 @@ test_records_kept_by_the_user_do_not_block_taps(void **state)
     assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
     assert_int_equal(tu_sink_count(sink), 4);
     assert_int_equal(sink->first_value[3], 9);
-    hcb__pinned_get_stats(&ps);
+    assert_true(hcb__pinned_get_stats(3, &ps));
     assert_true(ps.refusals >= 1);
     give_kept();
     syncs = atomic_load(&fake_cuda_counts.syncs);
@@ -493,35 +678,44 @@ test_ordinal_is_written_on_the_stream(void **state)
     assert_non_null(strstr(msg, "device ordinal 300 is over 255"));
 }
 
-/* The ring: blocks given back out of order, wrapping with padding. */
+/* Memory given back is reused wherever it lies: a block freed between two
+ * held ones takes the next request that fits, and neighbours given back
+ * merge into one block. */
 static void
-test_pinned_ring_reuses_memory_given_back_out_of_order(void **state)
+test_pinned_pool_reuses_memory_given_back_anywhere(void **state)
 {
     hcb_error err;
     hcb__pinned_stats ps;
-    void *a, *b, *c, *d;
+    void *a, *b, *c, *d, *e;
 
     (void)state;
-    a = hcb__pinned_take(&fake_cuda, 300000, &err);
-    b = hcb__pinned_take(&fake_cuda, 300000, &err);
-    c = hcb__pinned_take(&fake_cuda, 300000, &err);
+    a = hcb__pinned_take(&fake_cuda, 3, 300000, true, &err);
+    b = hcb__pinned_take(&fake_cuda, 3, 300000, true, &err);
+    c = hcb__pinned_take(&fake_cuda, 3, 300000, true, &err);
     assert_non_null(a);
     assert_non_null(b);
     assert_non_null(c);
     assert_int_equal((uintptr_t)a % 64, 0);
-    hcb__pinned_give(b); /* behind a: the ring cannot reuse it yet */
+    hcb__pinned_give(b); /* between a and c, both held */
     hcb__pinned_delivered(a);
     hcb__pinned_delivered(c);
-    assert_null(hcb__pinned_take(&fake_cuda, 300000, &err)); /* held */
+    d = hcb__pinned_take(&fake_cuda, 3, 300000, true, &err);
+    assert_ptr_equal(d, b);
+    hcb__pinned_delivered(d);
+    /* nothing fits now, and nothing is on its way: refused, not waited */
+    assert_null(hcb__pinned_take(&fake_cuda, 3, 300000, true, &err));
     assert_int_equal(err.code, HCB_OK);
-    hcb__pinned_give(a); /* a and b free: d wraps to the start */
-    d = hcb__pinned_take(&fake_cuda, 400000, &err);
-    assert_true(d != NULL && (char *)d < (char *)c);
+    hcb__pinned_give(a);
+    hcb__pinned_give(d); /* merges with a */
+    e = hcb__pinned_take(&fake_cuda, 3, 500000, true, &err);
+    assert_ptr_equal(e, a);
     hcb__pinned_give(c);
-    hcb__pinned_give(d);
-    hcb__pinned_get_stats(&ps);
+    hcb__pinned_give(e);
+    assert_true(hcb__pinned_get_stats(3, &ps));
     assert_int_equal(ps.used, 0);
+    assert_int_equal(ps.free_blocks, 1); /* whole again */
     assert_int_equal(ps.capacity, 1 << 20);
+    assert_int_equal(ps.refusals, 1);
 }
 
 /* The pool's size is set before it is used, or while it is unused. */
@@ -535,15 +729,15 @@ test_pinned_pool_size_changes_only_while_unused(void **state)
     assert_int_equal(hcb_cuda_set_pinned_bytes(1 << 20, &err), HCB_EINVAL);
     assert_non_null(strstr(err.message, "at least 4194304 bytes, got "
                                         "1048576"));
-    p = hcb__pinned_take(&fake_cuda, 100, &err);
+    p = hcb__pinned_take(&fake_cuda, 3, 100, true, &err);
     assert_non_null(p);
     assert_int_equal(hcb_cuda_set_pinned_bytes(8 << 20, &err), HCB_ESTATE);
     assert_non_null(strstr(err.message, "in use"));
-    assert_int_equal(hcb__pinned_capacity(), 1 << 20);
+    assert_int_equal(hcb__pinned_capacity(3), 1 << 20);
     hcb__pinned_give(p);
     assert_int_equal(hcb_cuda_set_pinned_bytes(8 << 20, &err), HCB_OK);
-    p = hcb__pinned_take(&fake_cuda, 100, &err);
-    assert_int_equal(hcb__pinned_capacity(), 8 << 20);
+    p = hcb__pinned_take(&fake_cuda, 3, 100, true, &err);
+    assert_int_equal(hcb__pinned_capacity(3), 8 << 20);
     hcb__pinned_give(p);
 }
 
@@ -558,6 +752,15 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_full_pool_makes_the_device_wait,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_full_queue_makes_xla_thread_wait_never_the_stream, setup,
+            teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_kept_record_does_not_make_taps_synchronous, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_held_device_never_holds_another,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_consumer_stream_waits_for_xla_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_record_larger_than_the_pool_still_passes, setup, teardown),
         cmocka_unit_test_setup_teardown(
@@ -577,7 +780,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_ordinal_is_written_on_the_stream,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
-            test_pinned_ring_reuses_memory_given_back_out_of_order, setup,
+            test_pinned_pool_reuses_memory_given_back_anywhere, setup,
             teardown),
         cmocka_unit_test_setup_teardown(
             test_pinned_pool_size_changes_only_while_unused, setup, teardown),

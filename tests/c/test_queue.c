@@ -133,6 +133,90 @@ test_producer_resumes_after_one_record(void **state)
     check_resumes_after_one_record(true);
 }
 
+/* A reservation takes the room, waiting like a push; the record pushed
+ * into it later never waits, even with the queue full; room not used goes
+ * back. */
+static void
+test_reserved_room_is_pushed_without_waiting(void **state)
+{
+    hcb__queue q;
+    hcb_record *probe = tu_record(1, 0, 0, 16), *chain, *next;
+    size_t rsize = probe->size;
+    int n = 0;
+
+    (void)state;
+    hcb_record_release(probe);
+    assert_int_equal(hcb__queue_init(&q, 2 * rsize), HCB_OK); /* two fit */
+    hcb__queue_set_consumer_active(&q, true);
+    assert_true(hcb__queue_reserve(&q, rsize, false));
+    assert_true(hcb__queue_reserve(&q, rsize, false));
+    assert_int_equal(q.bytes, 2 * rsize); /* full, nothing pushed yet */
+    hcb__queue_push_reserved(&q, tu_record(1, 0, 0, 16));
+    hcb__queue_push_reserved(&q, tu_record(1, 0, 1, 16));
+    assert_int_equal(q.bytes, 2 * rsize);
+    assert_int_equal(q.reserved, 0);
+    assert_true(
+        hcb__queue_reserve(&q, rsize, true)); /* its consumer: no wait */
+    hcb__queue_unreserve(&q, rsize);
+    assert_int_equal(q.bytes, 2 * rsize);
+    for (chain = hcb__queue_pop(&q, 0, 0); chain != NULL; chain = next, n++) {
+        int32_t v;
+
+        next = atomic_load(&chain->next);
+        memcpy(&v, chain->args[0].data, sizeof v);
+        assert_int_equal(v, n);
+        hcb__queue_finished(&q, chain->size);
+        hcb_record_release(chain);
+    }
+    assert_int_equal(n, 2);
+    hcb__queue_close(&q);
+    assert_null(hcb__queue_pop(&q, 0, 0));
+    assert_int_equal(q.bytes, 0);
+    hcb__queue_destroy(&q);
+}
+
+/* Closing does not end a consumer while a reserved record is on its way:
+ * it waits for it, delivers it, then exits; one given back lets it exit. */
+static void
+test_a_closing_consumer_waits_for_reserved_records(void **state)
+{
+    hcb__queue q;
+    consumer_ctx *c = calloc(1, sizeof *c);
+    hcb_record *probe = tu_record(1, 0, 0, 16);
+    size_t rsize = probe->size;
+    pthread_t t;
+    int i;
+
+    (void)state;
+    hcb_record_release(probe);
+    assert_int_equal(hcb__queue_init(&q, 1 << 20), HCB_OK);
+    c->q = &q;
+    start(c, &t);
+    assert_true(hcb__queue_reserve(&q, rsize, false));
+    hcb__queue_close(&q);
+    tu_sleep_us(50000);
+    assert_true(atomic_load(&q.consumer_active)); /* still there */
+    hcb__queue_push_reserved(&q, tu_record(1, 0, 42, 16));
+    pthread_join(t, NULL);
+    assert_int_equal(c->n, 1);
+    assert_int_equal(c->seen[0], 42);
+    assert_false(atomic_load(&q.consumer_active));
+    /* the same, the room given back instead */
+    hcb__queue_reopen(&q);
+    start(c, &t);
+    assert_true(hcb__queue_reserve(&q, 256, false));
+    hcb__queue_close(&q);
+    for (i = 0; i < 20; i++)
+        tu_sleep_us(1000);
+    assert_true(atomic_load(&q.consumer_active));
+    hcb__queue_unreserve(&q, 256);
+    pthread_join(t, NULL);
+    assert_int_equal(c->n, 1);
+    assert_int_equal(q.bytes, 0);
+    hcb__queue_destroy(&q);
+    free(c);
+}
+
 typedef struct stall_log {
     atomic_int calls;
     _Atomic uint64_t waited_ns;
@@ -434,6 +518,8 @@ main(void)
         cmocka_unit_test(test_concurrent_producers),
         cmocka_unit_test(test_producer_resumes_after_one_record),
         cmocka_unit_test(test_stall_callback_once_per_wait),
+        cmocka_unit_test(test_reserved_room_is_pushed_without_waiting),
+        cmocka_unit_test(test_a_closing_consumer_waits_for_reserved_records),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

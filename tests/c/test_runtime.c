@@ -1,8 +1,10 @@
 /* test_runtime.c - channels, consumer threads, barrier, stop/restart,
- * errors, stats, out-of-memory paths. */
+ * errors, stats, the warning thread, out-of-memory paths. */
+#define _GNU_SOURCE /* pthread_getname_np, pthread_setname_np */
 #include "testutil.h"
 
 #include <signal.h>
+#include <stdio.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -144,6 +146,64 @@ test_backpressure_per_record(void **state)
     assert_true(i < 2000); /* the third submit did not wait for tap 1 */
     assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
     assert_int_equal(atomic_load(&g->total), 3);
+    hcb_runtime_destroy(rt);
+    free(g);
+}
+
+/* What the log sink saw: the thread that ran it and the message. */
+typedef struct warned {
+    atomic_int count;
+    char thread[16];
+    char message[HCB_ERROR_MESSAGE_SIZE];
+} warned;
+
+static void
+note_warning(void *user, const char *message)
+{
+    warned *w = user;
+
+    if (atomic_load(&w->count) == 0) {
+        pthread_getname_np(pthread_self(), w->thread, sizeof w->thread);
+        snprintf(w->message, sizeof w->message, "%s", message);
+    }
+    atomic_fetch_add(&w->count, 1);
+}
+
+/* A producer that waits long for room is warned about from the runtime's
+ * warning thread, not on its own (XLA's) thread, which goes on waiting;
+ * stop ends the warning thread. */
+static void
+test_a_stall_is_warned_from_the_warning_thread(void **state)
+{
+    hcb_record *probe = tu_record(1, 0, 0, 16);
+    hcb_runtime *rt = new_runtime(hcb_record_size(probe));
+    gate *g = calloc(1, sizeof *g);
+    uint64_t id = register_gate(rt, g, 0);
+    submitter s = {rt, id, 1, 0};
+    warned w = {0};
+    pthread_t t;
+    int i;
+
+    (void)state;
+    hcb_record_release(probe);
+    hcb_runtime_set_log(rt, note_warning, &w);
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 0, 16), NULL),
+                     HCB_OK);
+    wait_holding(g);
+    assert_int_equal(pthread_create(&t, NULL, submit_one, &s), 0);
+    pthread_setname_np(t, "producer");
+    for (i = 0; i < 10000 && atomic_load(&w.count) == 0; i++)
+        tu_sleep_us(1000); /* the warning comes after 2 s */
+    assert_int_equal(atomic_load(&w.count), 1);
+    assert_false(atomic_load(&s.done)); /* the producer still waits */
+    assert_string_equal(w.thread, "hcb-warn");
+    assert_non_null(strstr(w.message, "has waited"));
+    assert_non_null(strstr(w.message, "tap function 'gate' is running"));
+    atomic_store(&g->release, 1);
+    pthread_join(t, NULL);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(atomic_load(&g->total), 2);
+    assert_int_equal(hcb_runtime_stop(rt, NULL), HCB_OK);
     hcb_runtime_destroy(rt);
     free(g);
 }
@@ -585,6 +645,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_order_and_barrier),
         cmocka_unit_test(test_backpressure_per_record),
+        cmocka_unit_test(test_a_stall_is_warned_from_the_warning_thread),
         cmocka_unit_test(test_barrier_poll_interrupted),
         cmocka_unit_test(test_fork_child_has_its_own_runtime),
         cmocka_unit_test(test_several_producers_one_device),

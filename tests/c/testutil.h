@@ -5,7 +5,9 @@
 #ifndef HCB_TESTUTIL_H
 #define HCB_TESTUTIL_H
 
+#ifndef _GNU_SOURCE
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
+#endif
 
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,6 +1,7 @@
-"""The GPU test suite (``make test-gpu``): every API of host_callback on a
-real NVIDIA GPU with JAX's CUDA plugin, no mocks.  CI has no GPU and never
-runs it (``make test`` collects tests/python only).
+"""The GPU test suite (``make test-gpu``, and ``make gpu-check`` with the
+probes of probes/): every API of host_callback on a real NVIDIA GPU with
+JAX's CUDA plugin, no mocks.  CI has no GPU and never runs it (``make
+test`` collects tests/python only, which runs the probes' dry run).
 
 Without a GPU every test is skipped, unless HCB_REQUIRE_GPU=1 (which
 ``make test-gpu`` sets): then they fail, so that a GPU run that silently

@@ -20,6 +20,7 @@ from jax.experimental import buffer_callback as jax_buffer_callback
 
 import host_callback as hcb
 
+from gpu_support import PLATFORM
 from gpu_support import REPO
 from gpu_support import build_shared
 from gpu_support import needs_real_gpu
@@ -85,8 +86,8 @@ def test_buffers_and_context_on_the_gpu(gpu, cupy):
                             (memoryview, BufferError)):
       with pytest.raises(error, match="in GPU memory"):
         host_use(out)
-    with pytest.raises(BufferError, match="XLA's stream"):
-      out.__dlpack__(stream=1)  # the legacy default stream, not XLA's
+    with pytest.raises(BufferError, match="0 is not a CUDA stream"):
+      out.__dlpack__(stream=0)  # ambiguous under DLPack
     with cupy.cuda.ExternalStream(ctx.stream):
       result = cupy.from_dlpack(out)  # passes XLA's stream: accepted
       seen["views"] = (result.data.ptr, cupy.asarray(x).data.ptr)
@@ -103,11 +104,101 @@ def test_buffers_and_context_on_the_gpu(gpu, cupy):
   assert out_cai["version"] == 3 and out_cai["typestr"] == "<f4"
   assert out_cai["shape"] == (4,) and out_cai["strides"] is None
   assert out_cai["data"][1] is False and x_cai["data"][1] is True
-  assert "stream" not in out_cai  # work goes on ctx.stream (buffer.c)
+  assert out_cai["stream"] == seen["stream"]  # XLA's, for the consumer
   assert out_cai["data"][0] == x_cai["data"][0]  # aliased: one buffer
   assert seen["views"] == (out_cai["data"][0],) * 2  # no copies
   assert seen["dlpack_device"] == (2, gpu.local_hardware_id)
   assert f"device=cuda:{gpu.local_hardware_id}" in seen["repr"]
+
+
+def test_buffers_and_context_have_what_jax_s_have_on_the_device(gpu):
+  # Every attribute of JAX's Buffer and ExecutionContext, read in the same
+  # program on the device under test, gives what JAX's gives (the CUDA
+  # Array Interface: JAX's keys, ours adding "strides" and "stream").
+  def run(buffer_callback):
+    seen = {}
+
+    def cb(ctx, out, x):
+      for name, b in (("out", out), ("x", x)):
+        seen[name] = (b.shape, np.dtype(b.dtype), b.ndim, b.writeable,
+                      b.__dlpack_device__())
+        if PLATFORM == "gpu":
+          cai = b.__cuda_array_interface__
+          seen[name + " cai"] = (set(cai), cai["shape"], cai["typestr"],
+                                 cai["data"][1])
+      seen["stage"] = ctx.stage.name
+      seen["stream"] = isinstance(ctx.stream, int) if PLATFORM == "gpu" else 0
+
+    f = buffer_callback(cb, jax.ShapeDtypeStruct((2, 3), np.float32),
+                        input_output_aliases={0: 0})
+    jax.jit(f)(jax.device_put(jnp.ones((2, 3), jnp.float32), gpu))
+    return seen
+
+  theirs, ours = run(jax_buffer_callback.buffer_callback), run(
+      hcb.buffer_callback)
+  for key in theirs:
+    if key.endswith(" cai"):
+      assert theirs[key][0] <= ours[key][0], key
+      assert theirs[key][1:] == ours[key][1:], key
+    else:
+      assert ours[key] == theirs[key], key
+  assert ours["x"][3] is False and ours["out"][3] is True
+
+
+CONSUMERS = ["cupy-dlpack", "cupy-cai", "torch-dlpack", "numba-cai"]
+
+
+def _library(kind):
+  """The library a consumer test uses, or a skip where it is missing."""
+  needs_real_gpu()
+  if kind.startswith("cupy"):
+    return pytest.importorskip("cupy")
+  if kind.startswith("torch"):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+      pytest.skip("torch has no CUDA here")
+    return torch
+  return pytest.importorskip("numba.cuda")
+
+
+@pytest.mark.parametrize("kind", CONSUMERS)
+def test_libraries_on_their_own_default_stream_see_no_race(gpu, kind):
+  # The callback uses the library's default stream, not XLA's: its inputs
+  # are computed on XLA's stream just before the call (after a busy loop),
+  # and XLA reads the result right after it.  The DLPack consumers' stream
+  # is ordered after XLA's by __dlpack__(stream=...), and XLA's after
+  # theirs when the callback returns; CAI consumers synchronise with the
+  # interface's "stream", and XLA's stream waits for the legacy default
+  # stream they write on.  Each run has new values: a race shows as last
+  # run's numbers.
+  lib = _library(kind)
+  n = 1 << 22
+
+  def cb(ctx, out, x):
+    if kind == "cupy-dlpack":
+      lib.add(lib.from_dlpack(x), 1, out=lib.from_dlpack(out))
+    elif kind == "cupy-cai":
+      lib.add(lib.asarray(x), 1, out=lib.asarray(out))
+    elif kind == "torch-dlpack":
+      lib.add(lib.from_dlpack(x), 1, out=lib.from_dlpack(out))
+    else:  # numba: a copy on its default stream; +1 is done by XLA below
+      lib.as_cuda_array(out).copy_to_device(lib.as_cuda_array(x))
+
+  call = hcb.buffer_callback(cb, jax.ShapeDtypeStruct((n,), jnp.float32))
+  plus = 0 if kind == "numba-cai" else 1
+
+  @jax.jit
+  def f(a, k):
+    busy = lax.fori_loop(0, 30, lambda i, c: c @ a, a)  # a is the identity
+    x = jnp.arange(n, dtype=jnp.float32) + k + busy[0, 0]
+    return (call(x) + (1 - plus)) * 2
+
+  a = jax.device_put(jnp.eye(2048, dtype=jnp.float32), gpu)
+  for k in range(5):
+    out = f(a, jax.device_put(jnp.float32(100 * k), gpu))
+    np.testing.assert_array_equal(
+        out, (np.arange(n, dtype=np.float32) + 100 * k + 2) * 2,
+        err_msg=f"{kind}, run {k}")
 
 
 def test_jax_buffers_answer_the_same_protocols(gpu, cupy):

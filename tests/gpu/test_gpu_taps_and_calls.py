@@ -21,6 +21,7 @@ import host_callback as hcb
 from gpu_support import DRY_RUN
 from gpu_support import PLATFORM
 from gpu_support import build_shared
+from gpu_support import needs_real_gpu
 from gpu_support import run_python
 
 F32_3 = jax.ShapeDtypeStruct((3,), np.float32)
@@ -194,6 +195,22 @@ def test_taps_larger_than_a_small_pinned_pool_pass_through_it_in_chunks():
       """, env={"HOST_CALLBACK_CUDA_PINNED_BYTE_SIZE": str(4 << 20)})
   assert done.returncode == 0, done.stdout + done.stderr
   assert done.stdout.startswith("ok")
+
+
+def test_stats_report_the_gpu_s_pinned_pool(gpu):
+  needs_real_gpu()  # a CPU device has no pinned pool
+  saved = []
+  keep = jax.jit(lambda x: hcb.id_tap(lambda a, t: saved.append(a), x))
+  keep(jax.device_put(jnp.ones(4096, jnp.float32), gpu)).block_until_ready()
+  hcb.barrier_wait()
+  pool = hcb.stats()["devices"][str(gpu)]["pinned_pool"]
+  assert set(pool) == {"capacity", "used_bytes", "in_flight_bytes",
+                       "kept_bytes", "waits", "refusals", "syncs"}
+  assert pool["capacity"] > 0 and pool["in_flight_bytes"] == 0
+  assert pool["kept_bytes"] >= 16384  # the array saved is a view into it
+  assert pool["syncs"] == 0
+  saved.clear()
+  assert hcb.stats()["devices"][str(gpu)]["pinned_pool"]["kept_bytes"] == 0
 
 
 def test_taps_from_a_failing_tap_function_are_recorded(gpu):

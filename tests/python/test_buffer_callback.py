@@ -198,11 +198,12 @@ def test_gpu_buffer_cuda_array_interface():
   a = np.arange(6, dtype=np.float32).reshape(2, 3)
   out = hcb_c.Buffer._test_view(a, CUDA_1, True)
   x = hcb_c.Buffer._test_view(a, CUDA_1, False)
+  # Outside a GPU call no XLA stream is computing the data: "stream" None
+  # (inside one it is XLA's stream, which a consumer synchronises with).
   assert out.__cuda_array_interface__ == {
       "shape": (2, 3), "typestr": "<f4", "data": (a.ctypes.data, False),
-      "strides": None, "version": 3}
+      "strides": None, "stream": None, "version": 3}
   assert x.__cuda_array_interface__["data"] == (a.ctypes.data, True)
-  assert "stream" not in x.__cuda_array_interface__
   empty = hcb_c.Buffer._test_view(np.zeros((0, 2), ml_dtypes.bfloat16),
                                   CUDA_1, True)
   assert empty.__cuda_array_interface__["data"] == (0, False)
@@ -214,13 +215,90 @@ def test_gpu_buffer_dlpack_is_kdlcuda_on_its_ordinal():
   out = hcb_c.Buffer._test_view(np.ones(3, np.float32), CUDA_1, True)
   assert out.__dlpack_device__() == (2, 1)
   assert type(out.__dlpack__(max_version=(1, 0))).__name__ == "PyCapsule"
-  assert type(out.__dlpack__(stream=-1)).__name__ == "PyCapsule"
-  # Outside a GPU call there is no XLA stream to compare with.
-  assert type(out.__dlpack__(stream=7)).__name__ == "PyCapsule"
   with pytest.raises(BufferError, match=r"dl_device=\(1, 0\).*on \(2, 1\)"):
     out.__dlpack__(dl_device=(1, 0))
-  with pytest.raises(TypeError, match="stream must be None or an int"):
-    out.__dlpack__(stream="s")
+
+
+@pytest.mark.parametrize("stream", [None, 1, 2, 0x7F00_1234, -1])
+def test_gpu_buffer_dlpack_takes_every_consumer_stream_of_the_standard(stream):
+  # A consumer names its stream: None (the standard's default) or 1 for
+  # CUDA's legacy default stream, 2 for the per-thread one, a cudaStream_t,
+  # or -1 for "I order it myself".  CuPy and torch pass 1 for their
+  # default stream.  Each is accepted (during a GPU call it is made to wait
+  # for XLA's stream; outside one there is nothing to wait for).
+  out = hcb_c.Buffer._test_view(np.ones(3, np.float32), CUDA_1, True)
+  assert type(out.__dlpack__(stream=stream)).__name__ == "PyCapsule"
+
+
+@pytest.mark.parametrize("stream, error, message", [
+    (0, BufferError, r"stream=0\): 0 is not a CUDA stream under DLPack"),
+    (-2, BufferError, r"stream=-2\): a CUDA stream is -1, 1, 2 or"),
+    ("s", TypeError, "stream must be None or an int, got 's'"),
+])
+def test_gpu_buffer_dlpack_refuses_what_the_standard_does_not_allow(
+    stream, error, message):
+  out = hcb_c.Buffer._test_view(np.ones(3, np.float32), CUDA_1, True)
+  with pytest.raises(error, match=message):
+    out.__dlpack__(stream=stream)
+
+
+def test_dlpack_arguments_also_by_position_as_jax_takes_them():
+  for device in (0, CUDA_1):
+    out = hcb_c.Buffer._test_view(np.ones(3, np.float32), device, True)
+    capsule = out.__dlpack__(None, (1, 0))
+    assert "dltensor_versioned" in repr(capsule)
+
+
+def _jax_and_our_buffers(program):
+  """What ``program(buffer_callback)`` saw of its Buffers and context, with
+  JAX's buffer_callback and with ours: {name: (shape, dtype, ndim,
+  writeable, DLPack device)} and the context's stage name."""
+  from jax.experimental import buffer_callback as jax_buffer_callback
+
+  def run(buffer_callback):
+    seen = {}
+
+    def cb(ctx, out, x, y):
+      for name, b in (("out", out), ("x", x), ("y", y)):
+        seen[name] = (b.shape, np.dtype(b.dtype), b.ndim, b.writeable,
+                      b.__dlpack_device__())
+      seen["stage"] = ctx.stage.name
+      np.asarray(out)[...] = np.asarray(x).sum()
+
+    program(buffer_callback, cb)
+    return seen
+
+  return run(jax_buffer_callback.buffer_callback), run(hcb.buffer_callback)
+
+
+def test_buffers_and_context_show_what_jax_s_show():
+  def program(buffer_callback, cb):
+    f = buffer_callback(cb, jax.ShapeDtypeStruct((2, 3), np.float32))
+    device = jax.devices()[1]  # its id shows in the DLPack device
+    jax.jit(f)(jax.device_put(jnp.ones((4, 5, 6), jnp.int16), device),
+               jax.device_put(jnp.float32(1.5), device))
+
+  theirs, ours = _jax_and_our_buffers(program)
+  assert ours == theirs
+  assert ours["out"] == ((2, 3), np.dtype(np.float32), 2, True, (1, 1))
+  assert ours["x"] == ((4, 5, 6), np.dtype(np.int16), 3, False, (1, 1))
+  assert ours["y"] == ((), np.dtype(np.float32), 0, False, (1, 1))
+
+
+def test_every_attribute_of_jax_s_buffer_and_context_is_here():
+  from jax.experimental import buffer_callback as jax_buffer_callback
+
+  def public(cls):
+    protocol = {"__array__", "__cuda_array_interface__", "__dlpack__",
+                "__dlpack_device__"}
+    return {a for a in dir(cls) if not a.startswith("_") or a in protocol}
+
+  for theirs, ours in ((jax_buffer_callback.Buffer, hcb.Buffer),
+                       (jax_buffer_callback.ExecutionContext,
+                        hcb.ExecutionContext)):
+    assert public(theirs) <= public(ours), public(theirs) - public(ours)
+  assert ({s.name for s in jax_buffer_callback.ExecutionStage}
+          == {s.name for s in hcb.ExecutionStage})
 
 
 def test_gpu_buffer_refuses_host_access_and_says_what_to_use():
