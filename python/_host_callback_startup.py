@@ -83,7 +83,7 @@ def warn(message: str) -> None:
   sys.stderr.write(f"host_callback: {message}\n")
 
 
-class _AfterExec:
+class _AfterExec(importlib.abc.Loader):
   """Wraps the loader of the ``jax`` package: runs the package, then
   ``after`` (the patch); then puts JAX's own loader back on the module and
   its spec, so that nothing of the wrapper remains."""
@@ -94,7 +94,8 @@ class _AfterExec:
     self._after = after
 
   def create_module(self, spec: ModuleSpec) -> types.ModuleType | None:
-    return self._loader.create_module(spec)
+    module: types.ModuleType | None = self._loader.create_module(spec)
+    return module
 
   def exec_module(self, module: types.ModuleType) -> None:
     try:
