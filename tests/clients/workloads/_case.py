@@ -89,8 +89,8 @@ def bars(text: str) -> dict[str, str]:
 def without_frames(text: str) -> str:
   """``text`` without the frames of tracebacks (``File "...", line N``,
   the source line and the carets under it), which name the files of the
-  run (``python -m host_callback run`` adds runpy's), and without tqdm's
-  bars (compared by :func:`bars`)."""
+  run (``python -m host_callback run`` adds runpy's), and without progress
+  bars (compared by :func:`bars`) and blank lines."""
   kept: list[str] = []
   skip_source = False
   for line in re.split(r"(?<=\n)", text):
@@ -105,8 +105,13 @@ def without_frames(text: str) -> str:
     if stripped and set(stripped) <= set("^~"):
       continue
     kept.append(line)
-  segments = re.split(r"(\r|\n)", "".join(kept))
-  return "".join(s for s in segments if not _bar(s))
+  segments = re.split(r"[\r\n]", "".join(kept))
+  # Bars are redrawn a number of times that depends on timing (tqdm's
+  # mininterval): their segments go, and with them the blank lines and the
+  # cursor movements they leave.
+  lines = (re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", s) for s in segments
+           if not _bar(s))
+  return "\n".join(line for line in lines if line.strip())
 
 
 def run_case(fn: Callable[[], Any]) -> dict[str, Any]:
