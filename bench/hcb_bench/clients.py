@@ -112,7 +112,7 @@ def _numpyro(smoke: bool) -> Callable[[], Any]:
       theta = numpyro.sample("theta", dist.Normal(mu, tau))
       numpyro.sample("obs", dist.Normal(theta, sigma), obs=y)
 
-  n = 20 if smoke else 500
+  n = 20 if smoke else 300
   mcmc = MCMC(NUTS(model), num_warmup=n, num_samples=n, num_chains=4,
               chain_method="parallel", progress_bar=True)
 
@@ -132,8 +132,8 @@ WORKLOADS: dict[str, tuple[str, str, Callable[[bool], Callable[[], Any]]]] = {
                 "`diffeqsolve`, 5,000 Euler steps, the meter updated every "
                 "step", _diffrax),
     "numpyro": ("numpyro 0.21 MCMC with progress bars",
-                "NUTS, eight schools, 4 parallel chains, 500 warm-up and "
-                "500 samples each", _numpyro),
+                "NUTS, eight schools, 4 parallel chains, 300 warm-up and "
+                "300 samples each", _numpyro),
 }
 
 
@@ -247,7 +247,7 @@ def measure_clients(cfg: Config, python: str | None) -> ClientsResult | None:
       [python, "-c", "import importlib.metadata as m; print(', '.join("
        "f'{p} {m.version(p)}' for p in ('jax', 'jax-tqdm', 'diffrax', "
        "'equinox', 'numpyro')))"], capture_output=True, text=True).stdout
-  reps = max(1, min(cfg.reps, 5))
+  reps = max(1, min(cfg.reps, 3))  # minutes per numpyro round
   rows = [_measure(python, key, reps, cfg.smoke) for key in WORKLOADS]
   return ClientsResult(rows, python, versions.strip())
 

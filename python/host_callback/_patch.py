@@ -251,12 +251,6 @@ def unpatch_jax() -> None:
       patch.undo()
 
 
-def jax_patched() -> bool:
-  """Whether JAX's callback APIs are host_callback's now."""
-  with _lock:
-    return bool(_jax_state.patches)
-
-
 def _legacy_getattr(name: str) -> Any:
   raise AttributeError(
       f"module {LEGACY_NAME!r} (host_callback's) has no attribute "
