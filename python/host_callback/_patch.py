@@ -136,6 +136,18 @@ class _State:
     self.saved.append((namespace, name, _get(namespace, name), ours))
     _set(namespace, name, ours)
 
+  def add(self, kind: str) -> Patch:
+    """A new patch of this kind, applied (the caller holds the lock and
+    has made the replacements if it is the first)."""
+    patch = Patch(kind, self)
+    self.patches.append(patch)
+    return patch
+
+  def undo_all(self) -> None:
+    with _lock:
+      for patch in list(self.patches):
+        patch.undo()
+
   def restore(self) -> None:
     """Puts back what :meth:`replace` replaced, where it is still ours."""
     for namespace, name, original, ours in reversed(self.saved):
@@ -239,16 +251,12 @@ def patch_jax() -> Patch:
             f"{'; '.join(stale)}.  Patch before importing them, or at "
             "start-up (HOST_CALLBACK_PATCH=jax, or python -m host_callback "
             "run)", RuntimeWarning, stacklevel=2)
-    patch = Patch("jax", state)
-    state.patches.append(patch)
-    return patch
+    return state.add("jax")
 
 
 def unpatch_jax() -> None:
   """Undoes every :func:`patch_jax` at once: JAX's objects are back."""
-  with _lock:
-    for patch in list(_jax_state.patches):
-      patch.undo()
+  _jax_state.undo_all()
 
 
 def _legacy_getattr(name: str) -> Any:
@@ -306,13 +314,9 @@ def install_legacy_module() -> Patch:
         loader.exec_module(module)
       state.replace(sys.modules, LEGACY_NAME, module)
       state.replace(jax.experimental, "host_callback", module)
-    patch = Patch("legacy", state)
-    state.patches.append(patch)
-    return patch
+    return state.add("legacy")
 
 
 def uninstall_legacy_module() -> None:
   """Undoes every :func:`install_legacy_module` at once."""
-  with _lock:
-    for patch in list(_legacy_state.patches):
-      patch.undo()
+  _legacy_state.undo_all()
