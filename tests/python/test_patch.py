@@ -472,3 +472,18 @@ def test_run_usage_errors():
     assert done.stderr.startswith("usage: python -m host_callback run")
   shown = _run("", args=("-m", "host_callback", "run", "--help"))
   assert shown.returncode == 0 and "--patch PARTS" in shown.stdout
+
+
+def test_run_refuses_a_jax_outside_the_range(tmp_path):
+  # A JAX that reports a release host_callback refuses, from start-up on.
+  (tmp_path / "sitecustomize.py").write_text(
+      "import jax\njax.__version__ = '0.13.1'\n")
+  (tmp_path / "prog.py").write_text("print('ran')\n")
+  done = _run("", args=("-m", "host_callback", "run",
+                        str(tmp_path / "prog.py")),
+              env={"PYTHONPATH": str(tmp_path)})
+  assert (done.returncode, done.stdout) == (2, ""), done.stderr
+  assert done.stderr == (
+      "python -m host_callback run: cannot patch: JAX 0.13.1 is installed; "
+      "host_callback supports jax>=0.10.2,<0.13 (install one of those, or "
+      "unset HOST_CALLBACK_PATCH)\n")
