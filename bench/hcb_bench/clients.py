@@ -174,7 +174,7 @@ def worker_main(key: str) -> int:
   return 0
 
 
-# ---- the parent ---------------------------------------------------------------
+# ---- the parent --------------------------------------------------------------
 
 class _Child:
   """A worker process and its line protocol."""

@@ -187,7 +187,7 @@ def test_where_jax_refuses_host_callback_runs(workload, name):
   assert ours["value"]["shape"] == [2, 200, 3]
 
 
-# ---- code written for the removed module ---------------------------------------
+# ---- code written for the removed module -------------------------------------
 
 @pytest.mark.parametrize("workload", sorted(LEGACY))
 def test_legacy_code_needs_the_legacy_module(workload):
@@ -242,7 +242,7 @@ def test_jax_tqdm_legacy(name, expected, bar):
       result["stderr"])
 
 
-# ---- make bench's section 8 ----------------------------------------------------
+# ---- make bench's section 8 --------------------------------------------------
 
 def test_bench_measures_every_workload_patched_and_unpatched():
   """bench/hcb_bench/clients.py, at its smoke size: every workload runs

@@ -92,7 +92,7 @@ def _run(code: str, *, env: dict[str, str] | None = None,
                         timeout=240, cwd=cwd)
 
 
-# ---- patch_jax ----------------------------------------------------------------
+# ---- patch_jax ---------------------------------------------------------------
 
 def test_patch_jax_serves_every_name_until_undone():
   before = _arg_types(lambda f, r, v: jax.pure_callback(f, r, v),
@@ -259,7 +259,7 @@ def test_host_callback_never_calls_jax_callbacks_by_their_patched_names():
   assert not found, found
 
 
-# ---- install_legacy_module ------------------------------------------------------
+# ---- install_legacy_module ---------------------------------------------------
 
 def test_legacy_module_both_import_forms_until_undone(collect):
   with pytest.raises(ModuleNotFoundError):
@@ -288,7 +288,7 @@ def test_legacy_module_both_import_forms_until_undone(collect):
     importlib.import_module(LEGACY)
 
 
-# ---- the supported JAX releases -----------------------------------------------
+# ---- the supported JAX releases ----------------------------------------------
 
 def test_supported_jax_range_is_the_packages_dependency():
   requires = importlib.metadata.requires("host_callback") or []
@@ -340,7 +340,7 @@ def test_startup_hook_on_an_unsupported_jax_says_so_and_keeps_jax(capfd):
   assert jax.pure_callback is JAX_OWN[("jax", "pure_callback")]
 
 
-# ---- the start-up hook ----------------------------------------------------------
+# ---- the start-up hook -------------------------------------------------------
 
 # A library as the real ones are written: names imported from JAX at the
 # top of the module, before any code of the program runs.
@@ -418,7 +418,7 @@ def test_startup_hook_names_a_word_it_does_not_know():
       "the parts are jax, legacy (comma separated)\n")
 
 
-# ---- python -m host_callback run --------------------------------------------------
+# ---- python -m host_callback run ---------------------------------------------
 
 SCRIPT = """\
 import sys, os, subprocess

@@ -72,10 +72,10 @@ def _bar(segment: str) -> re.Match[str] | None:
 
 
 def bars(text: str) -> dict[str, str]:
-  """The last state each tqdm bar in ``text`` drew, ``"n/total"`` (or the
-  percentage, for a bar without a count) by description (``""`` for a bar without one): what a user sees once the
-  bars are done, without the timings and the redraw count, which differ
-  from run to run."""
+  """The last state each bar in ``text`` drew, ``"n/total"`` (or the
+  percentage, for a bar without a count), by description (``""`` for a
+  bar without one): what a user sees once the bars are done, without the
+  timings and the redraw count, which differ from run to run."""
   last: dict[str, str] = {}
   for segment in re.split(r"[\r\n]", text):
     m = _bar(segment)
