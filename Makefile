@@ -122,6 +122,29 @@ pytest-py%: .venv-py%/.deps setup
 test-install: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/install
 
+# ---- client libraries (tests/clients; docs/migrating.md) ---------------------
+# Pinned releases of libraries that use JAX's callbacks, run unchanged with
+# JAX's callbacks and patched to host_callback's, compared case by case:
+# .venv-clients (requirements/clients.txt) for those that run on current
+# JAX, .venv-clients-legacy (requirements/clients-legacy.txt) for code
+# written for the removed jax.experimental.host_callback.  Not part of
+# `make test` (about 10 minutes on two cores, and a venv of its own).
+CLIENT_VENVS := .venv-clients .venv-clients-legacy
+.PHONY: test-clients install-clients bench-clients
+
+$(addsuffix /.deps,$(CLIENT_VENVS)): .venv-clients%/.deps: requirements/clients%.txt | debian
+	test -x .venv-clients$*/bin/python || $$(tools/find-python $(call PYVER,$(MAIN))) -m venv .venv-clients$*
+	.venv-clients$*/bin/python -m pip install -q --upgrade pip
+	.venv-clients$*/bin/python -m pip install -q -r $<
+	touch $@
+
+install-clients: $(addsuffix /.deps,$(CLIENT_VENVS)) setup
+	$(call PIP_INSTALL,.venv-clients)
+	$(call PIP_INSTALL,.venv-clients-legacy)
+
+test-clients: install-clients
+	.venv-clients/bin/python -m pytest -q -p no:cacheprovider tests/clients
+
 # ---- type checks ([tool.mypy] in pyproject.toml) ---------------------------
 # The package as pip installed it in .venv (its modules, _hcb.pyi, py.typed),
 # the benchmark harness, then, strictly, a user program that uses every
@@ -132,8 +155,13 @@ typecheck: install
 	$(PY) -m mypy --strict tests/typing/readme_examples.py
 
 # ---- benchmarks (bench/README.md) -------------------------------------------
-bench: install
-	$(PY) bench/run.py
+bench: install install-clients
+	$(PY) bench/run.py --clients-python .venv-clients/bin/python
+
+# Section 8 of make bench alone: the client libraries' workloads, patched
+# against unpatched (bench/README.md).
+bench-clients: install install-clients
+	$(PY) bench/run.py --clients-only --clients-python .venv-clients/bin/python
 
 bench-smoke: install
 	$(PY) bench/run.py --smoke --out build/bench-smoke

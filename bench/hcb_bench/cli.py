@@ -17,6 +17,8 @@ from hcb_bench.cases import measure_dispatch
 from hcb_bench.cases import measure_payload
 from hcb_bench.cases import measure_per_step
 from hcb_bench.cases import measure_printing
+from hcb_bench.clients import clients_section
+from hcb_bench.clients import measure_clients
 from hcb_bench.dropins import measure_dropins
 from hcb_bench.harness import BENCH_DIR
 from hcb_bench.harness import FULL
@@ -34,27 +36,30 @@ from hcb_bench.targets import Target
 from hcb_bench.targets import targets
 
 
-def run(cfg: Config, out_dir: str) -> list[Target]:
+def run(cfg: Config, out_dir: str, clients_python: str | None = None
+        ) -> list[Target]:
   """Every measurement, then RESULTS.md and the plots in ``out_dir``."""
   os.makedirs(out_dir, exist_ok=True)
   start = time.perf_counter()
   with tempfile.TemporaryDirectory(prefix="hcb-bench-") as build_dir:
     native = Native(build_dir)
-    progress("1/7 per-step cost in a scan")
+    progress("1/8 per-step cost in a scan")
     steps = measure_per_step(cfg, native)
-    progress("2/7 payload sweep")
+    progress("2/8 payload sweep")
     payload = measure_payload(cfg, native)
-    progress("3/7 dispatch")
+    progress("3/8 dispatch")
     dispatch = measure_dispatch(cfg, native)
-  progress("4/7 printing")
+  progress("4/8 printing")
   printing = measure_printing(cfg)
-  progress("5/7 back-pressure (child process)")
+  progress("5/8 back-pressure (child process)")
   backpressure = measure_backpressure(cfg)
-  progress("6/7 progress bars")
+  progress("6/8 progress bars")
   bars = measure_progress(cfg)
-  progress("7/7 drop-ins against JAX's callbacks")
+  progress("7/8 drop-ins against JAX's callbacks")
+  dropins = measure_dropins(cfg)
+  progress("8/8 client libraries, patched against unpatched (children)")
   m = Measurements(steps, payload, dispatch, printing, backpressure, bars,
-                   measure_dropins(cfg))
+                   dropins, measure_clients(cfg, clients_python))
   goals = targets(m)
   plot_per_step(m.steps, os.path.join(out_dir, "per_step.png"))
   plot_payload(m.payload, os.path.join(out_dir, "payload.png"))
@@ -81,6 +86,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="the GPU targets instead (``make bench-gpu``): "
                       "writes RESULTS-gpu.md; needs a GPU and CuPy, but "
                       "with --smoke, which also runs on the CPU")
+  parser.add_argument("--clients-python", metavar="PY",
+                      help="the Python of the client libraries' environment "
+                      "(.venv-clients): measurement 8 runs their workloads "
+                      "there, patched against unpatched; without it, not "
+                      "measured")
+  parser.add_argument("--clients-only", action="store_true",
+                      help="measurement 8 alone (``make bench-clients``): "
+                      "prints its section, writes no RESULTS.md")
   parser.add_argument("--backpressure-worker", metavar="CONFIG",
                       help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
@@ -93,7 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = dataclasses.replace(cfg, reps=max(1, args.reps))
   if args.steps is not None:
     cfg = dataclasses.replace(cfg, steps=max(2, args.steps))
-  goals = run(cfg, args.out)
+  if args.clients_only:
+    print("\n".join(clients_section(measure_clients(cfg,
+                                                     args.clients_python))))
+    return 0
+  goals = run(cfg, args.out, args.clients_python)
   for t in goals:
     measured = "-" if t.value is None else f"{t.value:.2f}x"
     progress(f"{t.status}: {t.text} ({measured})")

@@ -18,6 +18,7 @@ from hcb_bench.cases import DispatchResult
 from hcb_bench.cases import PayloadResult
 from hcb_bench.cases import PrintResult
 from hcb_bench.cases import StepResult
+from hcb_bench.clients import clients_section
 from hcb_bench.dropins import DropinResult
 from hcb_bench.harness import Config
 from hcb_bench.harness import MiB
@@ -329,6 +330,8 @@ def report(cfg: Config, m: Measurements, goals: list[Target],
       *progress_section(m.progress), "",
       "## 7. Drop-ins against JAX's callbacks", "",
       *dropins_section(m.dropins), "",
+      "## 8. Client libraries, patched against unpatched", "",
+      *clients_section(m.clients), "",
   ]
   if notes:
     lines += ["## What limits the missed targets", "",

@@ -10,6 +10,7 @@ from hcb_bench.cases import DispatchResult
 from hcb_bench.cases import PayloadResult
 from hcb_bench.cases import PrintResult
 from hcb_bench.cases import StepResult
+from hcb_bench.clients import ClientsResult
 from hcb_bench.dropins import DropinResult
 from hcb_bench.harness import MiB
 from hcb_bench.harness import Sample
@@ -28,6 +29,7 @@ class Measurements:
   backpressure: BackpressureResult
   progress: ProgressResult | None = None
   dropins: DropinResult | None = None
+  clients: ClientsResult | None = None
 
   def excess(self, key: str, e2e: bool = False) -> Sample:
     """Seconds per scan step of variant ``key`` over the baseline,

@@ -13,7 +13,11 @@ pending tap and reports exceptions raised by callbacks.  ``native_tap`` and
 ``native_call`` make C functions callbacks (no Python, no GIL per call);
 ``get_include``/``get_library`` locate the C API.  ``pure_callback``,
 ``io_callback`` and the ``debug`` module (``callback``, ``print``, ``log``)
-are JAX's modern callback APIs on the same runtime.  ``host_callback.progress``
+are JAX's modern callback APIs on the same runtime; ``patch_jax`` puts them
+under JAX's own names (for code one does not own) and
+``install_legacy_module`` serves ``import jax.experimental.host_callback``
+(also at start-up, without edits: ``HOST_CALLBACK_PATCH=jax,legacy`` or
+``python -m host_callback run``).  ``host_callback.progress``
 (imported on first use; it needs tqdm, the ``progress`` extra) has
 jax-tqdm's progress bars.  See README.md and docs/.
 """
@@ -36,6 +40,11 @@ from host_callback._native import NativeCallback
 from host_callback._native import NativeTap
 from host_callback._native import native_call
 from host_callback._native import native_tap
+from host_callback._patch import Patch
+from host_callback._patch import install_legacy_module
+from host_callback._patch import patch_jax
+from host_callback._patch import uninstall_legacy_module
+from host_callback._patch import unpatch_jax
 from host_callback._print import id_print
 from host_callback._runtime import barrier_wait
 from host_callback._runtime import stats
@@ -66,6 +75,7 @@ __all__ = [
     "ExecutionStage",
     "NativeCallback",
     "NativeTap",
+    "Patch",
     "TapFunctionException",
     "barrier_wait",
     "buffer_callback",
@@ -77,10 +87,14 @@ __all__ = [
     "get_pkgconfig_dir",
     "id_print",
     "id_tap",
+    "install_legacy_module",
     "io_callback",
     "native_call",
     "native_tap",
+    "patch_jax",
     "pure_callback",
     "stats",
     "stop_outfeed_receiver",
+    "uninstall_legacy_module",
+    "unpatch_jax",
 ]

@@ -87,6 +87,14 @@ def _install_and_run_smoke(what: pathlib.Path, tmp_path: pathlib.Path) -> None:
   _run(py, "-m", "pip", "install", "-q", what)
   done = _run(py, "-c", SMOKE, cwd=tmp_path)
   assert SMOKE_OUTPUT in done.stdout, done.stdout + done.stderr
+  # The wheel's start-up hook (HOST_CALLBACK_PATCH, docs/migrating.md):
+  # JAX's callbacks and the removed module are host_callback's, no edit.
+  patched = _run("env", "HOST_CALLBACK_PATCH=jax,legacy", py, "-c",
+                 "import jax.experimental.host_callback as old, jax; "
+                 "print(old.id_tap.__module__, jax.debug.print.__module__)",
+                 cwd=tmp_path)
+  assert patched.stdout == "host_callback._tap host_callback.debug\n", (
+      patched.stdout + patched.stderr)
 
 
 def test_pip_install_with_build_isolation_into_a_fresh_venv(
@@ -109,7 +117,9 @@ def test_sdist_carries_the_docs_and_builds_a_wheel(
                  "docs/c_api.md", "docs/runtime.md", "include/hcb/hcb.h",
                  "src/runtime/runtime.c", "python/_hcb/module.c",
                  "python/host_callback/__init__.py",
-                 "python/host_callback/_hcb.pyi"):
+                 "python/host_callback/_hcb.pyi",
+                 "python/_host_callback_startup.py",
+                 "python/host_callback_patch.pth"):
     assert needed in names, f"{needed} is missing from {sdist.name}"
 
   # pip wheel from the sdist (isolated), then the wheel into a fresh venv.
