@@ -289,8 +289,10 @@ static void
 target_clear(hcb_py_target *t)
 {
     t->release_pending = 0;
-    if (t->kind == HCB_PY_PRINT)
+    if (t->kind == HCB_PY_PRINT) {
         Py_CLEAR(((hcb_py_print_target *)t)->stream);
+        Py_CLEAR(((hcb_py_print_target *)t)->log);
+    }
     /* The borrowed pointers into the site (t->tap, and the fields of calls
      * and buffer callbacks) are read only by deliveries, which check `site`
      * first. */
@@ -356,13 +358,13 @@ hcb_py_fields(PyObject *obj, const char *what, const char *const *names,
 /* ---- errors ------------------------------------------------------------- */
 
 PyObject *
-hcb_py_hand_to_hook(hcb_py_target *t, PyObject *exc)
+hcb_py_hand_to_hook(hcb_py_target *t, PyObject *exc, int raised)
 {
     PyObject *text = NULL;
 
     if (exc != NULL) {
         text = PyObject_CallFunctionObjArgs(t->state->on_error, t->site, exc,
-                                            NULL);
+                                            raised ? Py_True : Py_False, NULL);
         if (text == NULL)
             PyErr_WriteUnraisable(t->state->on_error);
         Py_DECREF(exc);
@@ -383,7 +385,7 @@ hcb_py_report_exception(hcb_py_target *t, const char *what, hcb_error *err)
                   exc != NULL ? Py_TYPE(exc)->tp_name : "?",
                   msg != NULL ? msg : "<unprintable>");
     Py_XDECREF(str);
-    return hcb_py_hand_to_hook(t, exc);
+    return hcb_py_hand_to_hook(t, exc, 1);
 }
 
 int

@@ -563,12 +563,13 @@ hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
     } else if (result != Py_None) {
         PyObject *exc;
 
+        /* JAX's words first: its users search for them. */
         hcb_error_set(err, HCB_EINVAL,
-                      "%s returned a value: buffer_callback callback must "
-                      "not return any values.",
+                      "buffer_callback callback must not return any values. "
+                      "(%s returned a value)",
                       what);
         exc = PyObject_CallFunction(PyExc_ValueError, "s", err->message);
-        Py_XDECREF(hcb_py_hand_to_hook(&t->base, exc));
+        Py_XDECREF(hcb_py_hand_to_hook(&t->base, exc, 0));
         rc = HCB_EINVAL;
     }
     Py_XDECREF(result);

@@ -25,7 +25,10 @@
 #include <stdbool.h>
 #include <string.h>
 
-#define PREFIX "host_callback.call: callback '%s' "
+/* Every message starts with the API the user called (the target's `api`)
+ * and the function's name; a drop-in's messages of a wrong result start
+ * with JAX's words before that (jax_phrase). */
+#define PREFIX "%s: callback '%s' "
 
 /* How many call (or buffer_callback) functions this thread is inside of:
  * their computation cannot finish before they return, so barrier_wait must
@@ -51,6 +54,8 @@ hcb_py_in_call(void)
 }
 
 /* ---- describing values for messages -------------------------------------- */
+
+static bool is_python_scalar_leaf(PyObject *obj);
 
 /* Appends to buf (NUL-terminated, capacity cap) at *len, truncating. */
 static void append(char *buf, size_t cap, size_t *len, const char *fmt, ...)
@@ -139,6 +144,97 @@ describe_value(PyObject *obj, char *buf, size_t cap)
     }
 }
 
+/* The argument that declares the results, as the API names it. */
+static const char *
+declared_by(const hcb_py_call_target *t)
+{
+    return t->jax_words ? "result_shape_dtypes" : "result_shape";
+}
+
+/* A shape as Python prints a tuple: "()", "(3,)", "(2, 3)". */
+static void
+describe_tuple(char *buf, size_t cap, int rank, const int64_t *dims)
+{
+    size_t len = 0;
+    int i;
+
+    buf[0] = '\0';
+    append(buf, cap, &len, "(");
+    for (i = 0; i < rank; i++)
+        append(buf, cap, &len, i > 0 ? ", %lld" : "%lld", (long long)dims[i]);
+    append(buf, cap, &len, rank == 1 ? ",)" : ")");
+}
+
+/* The dtype JAX sees in a returned leaf: numpy's (as numpy.asarray makes
+ * it), 64 bits narrowed to 32 without x64 (JAX's canonicalisation), e.g.
+ * "float32"; "?" when numpy makes no array of it. */
+static void
+jax_dtype_name(PyObject *got, int narrow, char *buf, size_t cap)
+{
+    PyArrayObject *a =
+        (PyArrayObject *)PyArray_FromAny(got, NULL, 0, 0, 0, NULL);
+    PyArray_Descr *d;
+    PyObject *name;
+    const char *s = NULL;
+
+    snprintf(buf, cap, "?");
+    if (a == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    d = PyArray_DESCR(a);
+    if (narrow && PyDataType_ELSIZE(d) == 8 && strchr("fiu", d->kind) != NULL)
+        s = d->kind == 'f' ? "float32" : d->kind == 'i' ? "int32" : "uint32";
+    else if (narrow && PyDataType_ELSIZE(d) == 16 && d->kind == 'c')
+        s = "complex64";
+    if (s != NULL) {
+        snprintf(buf, cap, "%s", s);
+    } else if ((name = PyObject_Str((PyObject *)d)) != NULL) {
+        const char *n = PyUnicode_AsUTF8(name);
+
+        snprintf(buf, cap, "%s", n != NULL ? n : "?");
+        Py_DECREF(name);
+    }
+    PyErr_Clear();
+    Py_DECREF(a);
+}
+
+/* JAX's words for returned leaf `index` whose shape or dtype differs from
+ * its declaration `res`, as jax.pure_callback reports it ("Incorrect
+ * output shape for return value #0: Expected: (3,), Actual: (4,)"). */
+static void
+jax_phrase(const hcb_py_call_target *t, PyObject *got, const hcb_array *res,
+           Py_ssize_t index, char *buf, size_t cap)
+{
+    char want[160], have[160];
+
+    if (PyArray_Check(got) || is_python_scalar_leaf(got)) {
+        int64_t dims[NPY_MAXDIMS];
+        int i, rank = 0;
+
+        if (PyArray_Check(got)) {
+            rank = PyArray_NDIM((PyArrayObject *)got);
+            for (i = 0; i < rank; i++)
+                dims[i] = (int64_t)PyArray_DIM((PyArrayObject *)got, i);
+        }
+        if (rank != res->rank ||
+            memcmp(dims, res->dims, (size_t)rank * sizeof *dims) != 0) {
+            describe_tuple(want, sizeof want, res->rank, res->dims);
+            describe_tuple(have, sizeof have, rank, dims);
+            snprintf(buf, cap,
+                     "Incorrect output shape for return value #%zd: "
+                     "Expected: %s, Actual: %s",
+                     index, want, have);
+            return;
+        }
+    }
+    jax_dtype_name(got, t->narrow_x64, have, sizeof have);
+    snprintf(buf, cap,
+             "Incorrect output dtype for return value #%zd: Expected: %s, "
+             "Actual: %s",
+             index, hcb_dtype_name(res->dtype), have);
+}
+
 /* ---- errors ---------------------------------------------------------------
  */
 
@@ -173,7 +269,7 @@ mismatch(const result_check *c, PyObject *type, hcb_error *err, const char *fmt,
         return HCB_EINVAL;
     }
     exc = PyObject_CallFunction(type, "s", err->message);
-    Py_XDECREF(hcb_py_hand_to_hook(&c->t->base, exc));
+    Py_XDECREF(hcb_py_hand_to_hook(&c->t->base, exc, 0));
     return HCB_EINVAL;
 }
 
@@ -186,7 +282,7 @@ raised(const result_check *c, hcb_error *err)
 
     if (!c->report)
         return HCB_ECALLBACK;
-    snprintf(what, sizeof what, "host_callback.call: callback '%s'",
+    snprintf(what, sizeof what, "%s: callback '%s'", c->t->api,
              c->t->base.name);
     return hcb_py_raised(&c->t->base, what, err);
 }
@@ -199,6 +295,13 @@ is_python_scalar(PyObject *obj)
 {
     return PyBool_Check(obj) || PyLong_Check(obj) || PyFloat_Check(obj) ||
            PyComplex_Check(obj);
+}
+
+/* A Python (not numpy) scalar: the leaves the result check packs itself. */
+static bool
+is_python_scalar_leaf(PyObject *obj)
+{
+    return is_python_scalar(obj) && !PyArray_IsScalar(obj, Generic);
 }
 
 /* Whether a Python scalar may fill a 0-d result of `d`: bool only into
@@ -266,11 +369,11 @@ enum leaf_problem {
 static int
 leaf_mismatch(const result_check *c, PyObject *type, hcb_error *err,
               enum leaf_problem how, PyObject *got, const hcb_array *res,
-              const char *where, const char *detail)
+              Py_ssize_t index, const char *where, const char *detail)
 {
     hcb_py_call_target *t = c->t;
-    char decl[160], desc[160];
-    const char *name = t->base.name;
+    char decl[160], desc[160], jax[400];
+    const char *name = t->base.name, *api = t->api, *by = declared_by(t);
 
     describe_declared(res, decl, sizeof decl);
     describe_value(got, desc, sizeof desc);
@@ -278,29 +381,34 @@ leaf_mismatch(const result_check *c, PyObject *type, hcb_error *err,
     case LEAF_NOT_AN_ARRAY:
         return mismatch(c, type, err,
                         PREFIX "returned %s%s, which is not an array; "
-                               "result_shape declares %s",
-                        name, desc, where, decl);
+                               "%s declares %s",
+                        api, name, desc, where, by, decl);
     case LEAF_DOES_NOT_FIT:
         return mismatch(c, type, err,
-                        PREFIX "returned %s%s that does not fit %s: %s", name,
-                        desc, where, decl, detail != NULL ? detail : "?");
+                        PREFIX "returned %s%s that does not fit %s: %s", api,
+                        name, desc, where, decl, detail != NULL ? detail : "?");
     case LEAF_CANNOT_COPY:
         return mismatch(c, type, err,
                         PREFIX "returned %s%s that cannot be copied into %s",
-                        name, desc, where, decl);
+                        api, name, desc, where, decl);
     default:
+        if (!t->jax_words)
+            return mismatch(c, type, err,
+                            PREFIX "returned %s%s; %s declares %s", api, name,
+                            desc, where, by, decl);
+        jax_phrase(t, got, res, index, jax, sizeof jax);
         return mismatch(c, type, err,
-                        PREFIX "returned %s%s; result_shape declares %s", name,
-                        desc, where, decl);
+                        "%s (" PREFIX "returned %s%s; %s declares %s)", jax,
+                        api, name, desc, where, by, decl);
     }
 }
 
 /* Checks one returned leaf against its declared result and copies it into
- * the result buffer.  `where` is "" for a single result, else the leaf's
- * position for messages. */
+ * the result buffer.  `index` is the leaf's position; `where` is "" for a
+ * single result, else that position for messages. */
 static int
 fill_result(const result_check *c, PyObject *leaf, const hcb_array *res,
-            const char *where, hcb_error *err)
+            Py_ssize_t index, const char *where, hcb_error *err)
 {
     hcb_py_call_target *t = c->t;
     PyArray_Descr *want =
@@ -315,7 +423,7 @@ fill_result(const result_check *c, PyObject *leaf, const hcb_array *res,
         PyErr_Clear();
         describe_declared(res, decl, sizeof decl);
         return hcb_error_set(err, HCB_EUNIMPL,
-                             PREFIX "declares %s%s, a type numpy lacks",
+                             PREFIX "declares %s%s, a type numpy lacks", t->api,
                              t->base.name, decl, where);
     }
 
@@ -324,7 +432,7 @@ fill_result(const result_check *c, PyObject *leaf, const hcb_array *res,
 
         if (res->rank != 0 || !python_scalar_fits(leaf, res->dtype))
             return leaf_mismatch(c, PyExc_TypeError, err, LEAF_DIFFERS, leaf,
-                                 res, where, NULL);
+                                 res, index, where, NULL);
         if (PyArray_Pack(want, one, leaf) >= 0) {
             hcb_py_store(res, one);
         } else {
@@ -332,7 +440,7 @@ fill_result(const result_check *c, PyObject *leaf, const hcb_array *res,
             PyObject *s = exc != NULL ? PyObject_Str(exc) : NULL;
 
             rc = leaf_mismatch(c, PyExc_ValueError, err, LEAF_DOES_NOT_FIT,
-                               leaf, res, where,
+                               leaf, res, index, where,
                                s != NULL ? PyUnicode_AsUTF8(s) : NULL);
             Py_XDECREF(s);
             Py_XDECREF(exc);
@@ -348,18 +456,18 @@ fill_result(const result_check *c, PyObject *leaf, const hcb_array *res,
         if (arr == NULL) {
             PyErr_Clear();
             return leaf_mismatch(c, PyExc_TypeError, err, LEAF_NOT_AN_ARRAY,
-                                 leaf, res, where, NULL);
+                                 leaf, res, index, where, NULL);
         }
     }
     exact = PyArray_EquivTypes(PyArray_DESCR(arr), want) ||
             PyArray_DESCR(arr)->type_num == want->type_num;
     if (!same_shape(arr, res)) { /* TypeError, as for a wrong dtype */
         rc = leaf_mismatch(c, PyExc_TypeError, err, LEAF_DIFFERS,
-                           (PyObject *)arr, res, where, NULL);
+                           (PyObject *)arr, res, index, where, NULL);
     } else if (!exact &&
                !(t->narrow_x64 && narrows_to(PyArray_DESCR(arr), res->dtype))) {
         rc = leaf_mismatch(c, PyExc_TypeError, err, LEAF_DIFFERS,
-                           (PyObject *)arr, res, where, NULL);
+                           (PyObject *)arr, res, index, where, NULL);
     } else if (exact && PyArray_ISCARRAY_RO(arr) && PyArray_ISNOTSWAPPED(arr)) {
         hcb_py_store(res, PyArray_DATA(arr));
     } else {
@@ -373,7 +481,7 @@ fill_result(const result_check *c, PyObject *leaf, const hcb_array *res,
         if (dst == NULL || PyArray_CopyInto((PyArrayObject *)dst, arr) < 0) {
             PyErr_Clear();
             rc = leaf_mismatch(c, PyExc_ValueError, err, LEAF_CANNOT_COPY,
-                               (PyObject *)arr, res, where, NULL);
+                               (PyObject *)arr, res, index, where, NULL);
         } else if (packed) {
             hcb_py_store(res, PyArray_DATA((PyArrayObject *)dst));
         }
@@ -390,13 +498,37 @@ is_array_leaf(PyObject *obj)
            is_python_scalar(obj);
 }
 
+/* JAX's words and an opening parenthesis, when a drop-in's function
+ * returned `got` leaves where `want` are declared ("Mismatched number of
+ * outputs from callback. Expected: 1, Actual: 2 ("); else "".  The message
+ * closes it with close_phrase. */
+static const char *
+count_phrase(const hcb_py_call_target *t, size_t want, Py_ssize_t got,
+             char *buf, size_t cap)
+{
+    if (!t->jax_words || (Py_ssize_t)want == got)
+        return "";
+    snprintf(buf, cap,
+             "Mismatched number of outputs from callback. Expected: %zu, "
+             "Actual: %zd (",
+             want, got);
+    return buf;
+}
+
+static const char *
+close_phrase(const char *phrase)
+{
+    return phrase[0] != '\0' ? ")" : "";
+}
+
 /* Checks `result` against the declared results and fills them. */
 static int
 fill_results(const result_check *c, PyObject *result, const hcb_array *results,
              size_t nresults, hcb_error *err)
 {
     hcb_py_call_target *t = c->t;
-    char decl[512], got[160], where[64];
+    char decl[512], got[160], where[64], jax[160];
+    const char *phrase;
     PyObject *flat, *leaves, *treedef;
     Py_ssize_t i, n;
     int rc = HCB_OK, eq;
@@ -404,12 +536,15 @@ fill_results(const result_check *c, PyObject *result, const hcb_array *results,
     if (nresults == 0 && result == Py_None)
         return HCB_OK;
     if (t->result_is_leaf && is_array_leaf(result))
-        return fill_result(c, result, &results[0], "", err);
+        return fill_result(c, result, &results[0], 0, "", err);
     describe_all_declared(results, nresults, decl, sizeof decl);
-    if (result == Py_None)
+    if (result == Py_None) {
+        phrase = count_phrase(t, nresults, 0, jax, sizeof jax);
         return mismatch(c, PyExc_TypeError, err,
-                        PREFIX "returned None; result_shape declares %s",
-                        t->base.name, decl);
+                        "%s" PREFIX "returned None; %s declares %s%s", phrase,
+                        t->api, t->base.name, declared_by(t), decl,
+                        close_phrase(phrase));
+    }
 
     flat = PyObject_CallOneArg(t->base.state->tree_flatten, result);
     if (flat == NULL)
@@ -426,11 +561,13 @@ fill_results(const result_check *c, PyObject *result, const hcb_array *results,
     if (nresults == 0) {
         if (n > 0) {
             describe_value(PyList_GET_ITEM(leaves, 0), got, sizeof got);
+            phrase = count_phrase(t, 0, n, jax, sizeof jax);
             rc = mismatch(c, PyExc_TypeError, err,
-                          PREFIX "returned a result with %zd arrays (the "
-                                 "first is %s), but result_shape declares "
-                                 "no result",
-                          t->base.name, n, got);
+                          "%s" PREFIX "returned a result with %zd arrays (the "
+                          "first is %s), but %s declares no "
+                          "result%s",
+                          phrase, t->api, t->base.name, n, got, declared_by(t),
+                          close_phrase(phrase));
         }
         Py_DECREF(flat);
         return rc;
@@ -442,11 +579,13 @@ fill_results(const result_check *c, PyObject *result, const hcb_array *results,
         const char *g = gs != NULL ? PyUnicode_AsUTF8(gs) : NULL;
         const char *w = ws != NULL ? PyUnicode_AsUTF8(ws) : NULL;
 
+        phrase = count_phrase(t, nresults, n, jax, sizeof jax);
         rc = mismatch(c, PyExc_TypeError, err,
-                      PREFIX "returned a result with pytree structure %s; "
-                             "result_shape declares %s with leaves %s",
-                      t->base.name, g != NULL ? g : "?", w != NULL ? w : "?",
-                      decl);
+                      "%s" PREFIX "returned a result with pytree structure "
+                      "%s; %s declares %s with leaves %s%s",
+                      phrase, t->api, t->base.name, g != NULL ? g : "?",
+                      declared_by(t), w != NULL ? w : "?", decl,
+                      close_phrase(phrase));
         Py_XDECREF(gs);
         Py_XDECREF(ws);
         Py_DECREF(flat);
@@ -457,8 +596,8 @@ fill_results(const result_check *c, PyObject *result, const hcb_array *results,
             snprintf(where, sizeof where, " at result leaf %zd of %zd", i, n);
         else
             where[0] = '\0';
-        rc =
-            fill_result(c, PyList_GET_ITEM(leaves, i), &results[i], where, err);
+        rc = fill_result(c, PyList_GET_ITEM(leaves, i), &results[i], i, where,
+                         err);
     }
     Py_DECREF(flat);
     return rc;
@@ -480,14 +619,27 @@ int_attr(PyObject *obj, const char *name)
 int
 hcb_py_call_site_read(hcb_py_call_target *t, PyObject *site)
 {
-    static const char *const names[] = {"func", "arg_treedef", "result_treedef",
-                                        "with_device", "narrow_x64"};
-    PyObject *f[5];
+    static const char *const names[] = {"func",           "arg_treedef",
+                                        "result_treedef", "with_device",
+                                        "narrow_x64",     "api"};
+    PyObject *f[6];
+    const char *api;
+    Py_ssize_t api_len;
     long nodes, leaves;
     int with_device, narrow;
 
-    if (hcb_py_fields(site, "CallSite", names, f, 5) < 0)
+    if (hcb_py_fields(site, "CallSite", names, f, 6) < 0)
         return -1;
+    api =
+        PyUnicode_Check(f[5]) ? PyUnicode_AsUTF8AndSize(f[5], &api_len) : NULL;
+    if (api == NULL || api_len == 0 || (size_t)api_len >= sizeof t->api) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError,
+                     "the CallSite's api must be a name of 1 to %zu "
+                     "characters",
+                     sizeof t->api - 1);
+        return -1;
+    }
     if (!PyCallable_Check(f[0])) {
         PyErr_SetString(PyExc_TypeError, "the CallSite's func is not callable");
         return -1;
@@ -504,6 +656,9 @@ hcb_py_call_site_read(hcb_py_call_target *t, PyObject *site)
     t->result_is_leaf = nodes == 1 && leaves == 1;
     t->with_device = with_device;
     t->narrow_x64 = narrow;
+    memcpy(t->api, api, (size_t)api_len + 1);
+    /* The drop-ins of JAX's callbacks report wrong results in JAX's words. */
+    t->jax_words = strcmp(api, "host_callback.call") != 0;
     return 0;
 }
 
@@ -653,14 +808,16 @@ hcb_py_call(void *user, hcb_device device, const hcb_array *args, size_t nargs,
     result_check check = {t, true};
     PyGILState_STATE gil;
     PyObject *value, *result;
+    char kind[48];
     int rc;
 
     if (hcb_py_gil_ensure(t->base.state, &gil) < 0)
         return hcb_error_set(err, HCB_ESTATE,
                              PREFIX "not called: the Python interpreter is "
                                     "shutting down",
-                             t->base.name);
-    rc = hcb_py_target_enter(&t->base, "host_callback.call: callback", err);
+                             t->api, t->base.name);
+    snprintf(kind, sizeof kind, "%s: callback", t->api);
+    rc = hcb_py_target_enter(&t->base, kind, err);
     if (rc != HCB_OK) {
         hcb_py_gil_release(gil);
         return rc;

@@ -131,6 +131,11 @@ typedef struct hcb_py_call_target {
     int result_is_leaf; /* result_shape is one array: the fast path */
     int with_device;    /* pass device= */
     int narrow_x64;     /* accept 64-bit results for declared 32-bit types */
+    /* The API the user called, first in every message: "host_callback.call",
+     * or a drop-in of JAX's ("pure_callback", "io_callback"), whose messages
+     * of a wrong result start with JAX's words (`jax_words`). */
+    char api[32];
+    int jax_words;
 } hcb_py_call_target;
 
 /* A Python buffer_callback target (buffer.c); `base.site` is a
@@ -159,7 +164,10 @@ typedef struct hcb_py_print_target {
     const char **dev_names;
     size_t ndevices;
     PyObject *stream; /* strong; NULL: sys.stdout at each write */
-    int broken;       /* a write failed: write no more (GIL) */
+    /* strong, or NULL: each record is one call log(text, device) instead of
+     * writes (debug.log: the text without its newline, the jax.Device) */
+    PyObject *log;
+    int broken; /* a write failed: write no more (GIL) */
     char *strings;
 } hcb_py_print_target;
 
@@ -203,8 +211,10 @@ PyObject *hcb_py_fetch_exception(void);
 PyObject *hcb_py_raise(const hcb_error *err);
 /* Hands `exc` (stolen; NULL is ignored) to the Python error hook, which logs
  * it, keeps it for barrier_wait and returns its formatted traceback (new
- * reference, or NULL).  No exception stays pending. */
-PyObject *hcb_py_hand_to_hook(hcb_py_target *t, PyObject *exc);
+ * reference, or NULL).  `raised`: the function raised `exc` (else it is the
+ * runtime's own report of a wrong result: JAX's drop-ins log only the
+ * former).  No exception stays pending. */
+PyObject *hcb_py_hand_to_hook(hcb_py_target *t, PyObject *exc, int raised);
 /* Takes the pending exception, fills `err` with "<what> raised <Type>:
  * <text>" (HCB_ECALLBACK) and hands the exception to the hook; returns the
  * hook's formatted traceback as hcb_py_hand_to_hook does. */

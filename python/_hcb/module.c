@@ -538,8 +538,8 @@ static PyMethodDef hcb_methods[] = {
     {"register_print", (PyCFunction)(void (*)(void))hcb_py_register_print,
      METH_VARARGS | METH_KEYWORDS,
      "register_print(*, site, name, nodes, kv_before, kv_after, with_device, "
-     "devices, options, stream, dtypes) -> id, or None when the C printer "
-     "does not print one of dtypes."},
+     "devices, options, stream, dtypes, log) -> id, or None when the C "
+     "printer does not print one of dtypes."},
     {"format_value", hcb_format_value_fn, METH_VARARGS,
      "format_value(nodes, arrays, options) -> str: the C printer."},
     {"print_write", hcb_print_write_fn, METH_VARARGS,

@@ -14,6 +14,10 @@
  * registers the site as a Python tap, whose Printer formats with numpy.  A
  * record of this target is therefore always one the C printer prints.
  *
+ * A target registered with `log` (debug.log) writes nothing: each record is
+ * one call log(text, device), the text without its newline, the device the
+ * record's jax.Device; it makes and handles the logging record.
+ *
  * A stream whose write fails (a closed pipe, a closed file) is broken for
  * good: the first failure is reported like a failed tap (logged once,
  * raised by barrier_wait) and that id_print writes nothing more, rather
@@ -247,6 +251,7 @@ typedef struct hcb_py_print_args {
     PyObject *options; /* a PrintOptions */
     PyObject *stream;  /* None: sys.stdout */
     PyObject *dtypes;  /* sequence of the value's leaf dtype codes */
+    PyObject *log;     /* None, or log(text, device) instead of writes */
 } hcb_py_print_args;
 
 /* 1 when libhcb's printer prints every dtype code of `dtypes`, 0 when not
@@ -334,6 +339,15 @@ print_setup(hcb_py_print_target *t, const hcb_py_print_args *a)
         Py_INCREF(stream);
         t->stream = stream;
     }
+    if (a->log != Py_None) {
+        if (!PyCallable_Check(a->log)) {
+            PyErr_SetString(PyExc_TypeError,
+                            "register_print: log must be None or callable");
+            return -1;
+        }
+        Py_INCREF(a->log);
+        t->log = a->log;
+    }
     return 0;
 }
 
@@ -344,23 +358,25 @@ print_clear(hcb_py_print_target *t)
     PyMem_RawFree(t->dev_keys);
     PyMem_RawFree(t->dev_names);
     Py_CLEAR(t->stream);
+    Py_CLEAR(t->log);
     t->nodes = NULL;
     t->dev_keys = NULL;
     t->dev_names = NULL;
 }
 
 /* register_print(*, site, name, nodes, kv_before, kv_after, with_device,
- * devices, options, stream, dtypes) -> int | None: id_print's target for a
- * TapSite whose func is a host_callback._print.Printer (see print.c), or
- * None, with nothing registered, when libhcb's printer does not print one
- * of `dtypes` (the codes of the value's leaves). */
+ * devices, options, stream, dtypes, log) -> int | None: id_print's target
+ * for a TapSite whose func is a host_callback._print.Printer (see print.c),
+ * or debug.print's and debug.log's (`log`), or None, with nothing
+ * registered, when libhcb's printer does not print one of `dtypes` (the
+ * codes of the value's leaves). */
 PyObject *
 hcb_py_register_print(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     /* Python before 3.13 takes char **: the cast keeps -Wwrite-strings. */
     static const char *keywords[] = {
         "site",    "name",    "nodes",  "kv_before", "kv_after", "with_device",
-        "devices", "options", "stream", "dtypes",    NULL};
+        "devices", "options", "stream", "dtypes",    "log",      NULL};
     hcb_py_print_target *t;
     hcb_py_print_args a;
     PyObject *site;
@@ -371,10 +387,10 @@ hcb_py_register_print(PyObject *module, PyObject *args, PyObject *kwargs)
     int rc;
 
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "$O!s#OUUpO!OOO:register_print", (char **)keywords,
+            args, kwargs, "$O!s#OUUpO!OOOO:register_print", (char **)keywords,
             &PyTuple_Type, &site, &name, &name_len, &a.nodes, &a.kv_before,
             &a.kv_after, &a.with_device, &PyDict_Type, &a.devices, &a.options,
-            &a.stream, &a.dtypes))
+            &a.stream, &a.dtypes, &a.log))
         return NULL;
     rc = print_supports_all(a.dtypes);
     if (rc < 0)
@@ -470,6 +486,28 @@ kv_line(const hcb_py_print_target *t, hcb_device device)
     return PyUnicode_FromFormat("%s\n", t->kv_before);
 }
 
+/* With the GIL: one record of a `log` target, log(text, device). */
+static int
+log_text(hcb_py_print_target *t, hcb_record *rec, const char *text, size_t len,
+         hcb_error *err)
+{
+    PyObject *s, *device, *r = NULL;
+
+    s = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
+    device = s != NULL ? hcb_py_device_of(t->base.state, hcb_record_device(rec))
+                       : NULL;
+    if (device != NULL)
+        r = PyObject_CallFunctionObjArgs(t->log, s, device, NULL);
+    Py_XDECREF(device);
+    Py_XDECREF(s);
+    if (r == NULL) {
+        Py_XDECREF(hcb_py_report_exception(&t->base, "debug.log", err));
+        return HCB_ECALLBACK;
+    }
+    Py_DECREF(r);
+    return HCB_OK;
+}
+
 int
 hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
 {
@@ -509,6 +547,14 @@ hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
         print_unlock(locked);
         free(heap);
         return HCB_OK;
+    }
+    if (t->log != NULL) {
+        rc = log_text(t, rec, text, len - 1, err);
+        hcb_py_target_leave(&t->base);
+        hcb_py_gil_release(gil);
+        print_unlock(locked);
+        free(heap);
+        return rc;
     }
     s1 = kv_line(t, hcb_record_device(rec));
     s2 = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");

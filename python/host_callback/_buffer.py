@@ -92,6 +92,12 @@ class BufferSite(NamedTuple):
   out_treedef: Any
   context_type: type[ExecutionContext]
 
+  @property
+  def jax_error_log(self) -> _runtime.JaxErrorLog:
+    """A failure is JAX's buffer_callback's: the computation fails with it,
+    nothing is logged or kept for barrier_wait."""
+    return _runtime.JaxErrorLog(None, "", keep=False)
+
   def register(self) -> int:
     return _hcb.register_buffer_callback(
         site=self, name=_runtime.callable_name(self.callback))
@@ -149,9 +155,17 @@ def _batching_rule(args: Sequence[Any], dims: Sequence[Any], *,
                                   **params)
 
   aliased = frozenset(i for i, _ in params["input_output_aliases"])
+  site = params["site"]
+  name = _runtime.callable_name(
+      site if isinstance(site, NativeCallback) else site.callback)
   return _batching.batch_by_method(
       args, dims, vmap_method=params["vmap_method"],
-      what=f"buffer_callback of {params['site']!r}", nout=len(result_avals),
+      what=f"buffer_callback of {name!r}", nout=len(result_avals),
+      # JAX's words first: its users search for them.
+      legacy_message="vmap is only supported for the buffer_callback "
+      "primitive when vmap_method is one of 'sequential', "
+      "'sequential_unrolled', 'expand_dims', 'broadcast_all', or "
+      "'legacy_vectorized'. Got vmap_method=None. ",
       bind_one=lambda full: buffer_callback_p.bind(
           *full, result_avals=result_avals, **params),
       bind_batched=bind_batched, always_broadcast=aliased)

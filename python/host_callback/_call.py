@@ -44,8 +44,9 @@ def _name(site: CallSite) -> str:
   return _runtime.callable_name(site.func)
 
 
-def _call_impl(*args: Any, **params: Any) -> Any:
-  return _runtime.apply_eagerly(call_p, *args, **params)
+def _call_impl(*args: Any, site: CallSite, **params: Any) -> Any:
+  return _runtime.apply_eagerly(call_p, *args,
+                                site=_runtime.eager_site(site), **params)
 
 
 def _call_abstract_eval(*avals: Any, site: CallSite, device_index: int,
@@ -116,6 +117,9 @@ def _call_batching(args: Sequence[Any], dims: Sequence[Any], *,
         "vmap_method is one of 'sequential', 'sequential_unrolled', "
         "'expand_dims', 'broadcast_all', or 'legacy_vectorized'. Got "
         "vmap_method=None.")
+
+  if not _leaves.any_tracer(args):  # an eager vmap: calls are eager
+    site = _runtime.eager_site(site)
 
   def bind_batched(batched_args: list[Any], size: int) -> Sequence[Any]:
     batched = site._replace(result_avals=tuple(
@@ -279,7 +283,7 @@ def bind(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
   site = CallSite(callback_func if isinstance(callback_func, NativeCallback)
                   else _runtime.hashable_callable(callback_func), arg_treedef,
                   result_treedef, result_avals, bool(call_with_device),
-                  bool(narrow))
+                  bool(narrow), "host_callback.call" if api == "call" else api)
 
   if (_config.INLINE and not isinstance(callback_func, NativeCallback) and
       not _leaves.any_tracer(sent)):

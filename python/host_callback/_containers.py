@@ -198,18 +198,31 @@ def _holds_effectful_callback(jaxpr: Jaxpr) -> bool:
   return False
 
 
+def _holds_io_callback(jaxpr: Jaxpr) -> bool:
+  """Whether ``jaxpr`` (or one nested in it) holds the drop-in
+  ``io_callback``."""
+  return any(
+      (eqn.primitive in _kept and eqn.params.get("api") == "io_callback") or
+      any(_holds_io_callback(sub) for sub in jaxprs_in_params(eqn.params))
+      for eqn in jaxpr.eqns)
+
+
 def _refusing_batched_cond(rule: Callable[..., Any]) -> Callable[..., Any]:
   def cond_batching_rule(axis_data: Any, args: Any, dims: Any, *,
                          branches: Any, **params: Any) -> Any:
     if dims[0] is not None and any(
         _jaxpr_holds_callback(b.jaxpr) and
         _holds_effectful_callback(b.jaxpr) for b in branches):
+      # JAX's words first where JAX refuses it too (its io_callback).
+      jax_words = ("IO effect not supported in vmap-of-cond. "
+                   if any(_holds_io_callback(b.jaxpr) for b in branches)
+                   else "")
       raise NotImplementedError(
-          "vmap of lax.cond with a batched predicate, where a branch holds "
-          "host_callback taps or calls: vmap would run every branch (as a "
-          "select), and with them callbacks of branches not taken. Use "
-          "CallbackFlavor.PURE or DEBUG callbacks there, or move the "
-          "callback out of the cond.")
+          f"{jax_words}vmap of lax.cond with a batched predicate, where a "
+          "branch holds host_callback taps or calls: vmap would run every "
+          "branch (as a select), and with them callbacks of branches not "
+          "taken. Use CallbackFlavor.PURE or DEBUG callbacks there, or "
+          "move the callback out of the cond.")
     return rule(axis_data, args, dims, branches=branches, **params)
 
   setattr(cond_batching_rule, "__wrapped__", rule)  # JAX's rule

@@ -11,12 +11,23 @@ drop-in).
 
 Where JAX and host_callback differ (README.md):
 
-- the function receives numpy arrays, not ``jax.Array``s on the CPU device:
-  the same values, shapes and dtypes, at no cost per call (JAX copies every
-  argument onto its CPU device first);
+- inside a trace (``jit``, ``scan``, ...) the function receives numpy
+  arrays, not ``jax.Array``s on the CPU device: the same values, shapes and
+  dtypes, at no cost per call (JAX copies every argument onto its CPU
+  device first).  Called eagerly (also under an eager ``vmap``) it receives
+  ``jax.Array``s on the first CPU device, as JAX's does, and runs with that
+  device as JAX's default (``_FlatCallback.eager_variant``);
 - ``ordered`` io_callbacks work under ``pmap``/``shard_map`` (every
   callback runs in program order on its device), where JAX refuses ordered
   effects on more than one device.
+
+Failures are JAX's (``CallSite.jax_error_log``, python/_hcb/call.c): a
+function that raises logs JAX's one record (``"jax.pure_callback failed"``
+or ``"jax.io_callback failed"`` on logger ``jax._src.callback``) and fails
+the computation with an error that names the drop-in and the function; a
+wrong result is described in JAX's words first (``Incorrect output shape
+for return value #0: ...``) and logs nothing; neither is raised again by
+``barrier_wait``.
 """
 
 from __future__ import annotations
@@ -41,13 +52,16 @@ class _FlatCallback:
   Equal for the same function and argument structure, so that re-tracing
   reuses the compiled call, as JAX's own ``_FlatCallback`` does."""
 
-  __slots__ = ("callback", "in_tree", "positional", "one_result",
+  __slots__ = ("callback", "in_tree", "positional", "one_result", "as_jax",
                "__weakref__")
 
   def __init__(self, callback: Callable[..., Any], in_tree: Any,
-               one_result: bool):
+               one_result: bool, as_jax: bool = False):
     self.callback = callback
     self.in_tree = in_tree
+    # Called eagerly: the arguments as jax.Arrays on the CPU device, as JAX
+    # passes them (eager_variant).
+    self.as_jax = as_jax
     # Only positional array arguments: the leaves are the arguments (no
     # unflattening per call).
     n = in_tree.num_leaves
@@ -55,6 +69,14 @@ class _FlatCallback:
         ((0,) * n, {}))
     # One declared result: the call declares the leaf itself, not a list.
     self.one_result = one_result
+
+  def eager_variant(self) -> _FlatCallback:
+    """This callback as an eager call makes it (the impl and the eager
+    ``vmap`` rules of the ``hcb_call`` primitive ask for it): the function
+    gets ``jax.Array``s on the first CPU device and runs with that device
+    as JAX's default, as JAX's eager callbacks do."""
+    return _EagerFlatCallback(self.callback, self.in_tree, self.one_result,
+                              as_jax=True)
 
   def __call__(self, flat: list[Any]) -> Any:
     if self.positional:
@@ -69,17 +91,33 @@ class _FlatCallback:
     return leaves[0] if self.one_result and len(leaves) == 1 else leaves
 
   def __hash__(self) -> int:
-    return hash((_runtime.hash_key(self.callback), self.in_tree, self.one_result))
+    return hash((_runtime.hash_key(self.callback), self.in_tree,
+                 self.one_result, self.as_jax))
 
   def __eq__(self, other: object) -> bool:
     # == rather than is: a bound method is a new object each time.
     return (isinstance(other, _FlatCallback) and
             _runtime.hash_key(other.callback) == _runtime.hash_key(self.callback) and
             other.in_tree == self.in_tree and
-            other.one_result == self.one_result)
+            other.one_result == self.one_result and
+            other.as_jax == self.as_jax)
 
   def __repr__(self) -> str:
     return _runtime.callable_name(self.callback)
+
+
+class _EagerFlatCallback(_FlatCallback):
+  """A :class:`_FlatCallback` called eagerly: its function gets
+  ``jax.Array``s on the first CPU device and runs with that device as
+  JAX's default (a class of its own: the call under ``jit`` pays nothing
+  for it)."""
+
+  __slots__ = ()
+
+  def __call__(self, flat: list[Any]) -> Any:
+    cpu = jax.local_devices(backend="cpu")[0]
+    with jax.default_device(cpu):
+      return super().__call__(jax.device_put(flat, cpu))
 
 
 def _result_shapes(result_shape_dtypes: Any) -> tuple[list[Any], Any]:
@@ -143,10 +181,11 @@ def pure_callback(callback: Callable[..., Any], result_shape_dtypes: Any,
   """``jax.pure_callback`` on host_callback's runtime.
 
   Calls ``callback(*args, **kwargs)`` on the host, with the array leaves of
-  ``args`` and ``kwargs`` as numpy arrays, and returns its result as JAX
-  arrays with the structure of ``result_shape_dtypes``.  The call is pure:
-  the compiler may remove it when its result is unused, or merge identical
-  calls.
+  ``args`` and ``kwargs`` as numpy arrays (eagerly: ``jax.Array``s on the
+  CPU device, as JAX), and returns its result as JAX arrays with the
+  structure of ``result_shape_dtypes``.  The call is pure: the compiler may
+  remove it when its result is unused, or merge identical calls.  A
+  failure is reported as JAX reports it (see the module's docstring).
 
   Args:
     callback: the host function; it returns a pytree whose leaves (each
@@ -171,9 +210,8 @@ def pure_callback(callback: Callable[..., Any], result_shape_dtypes: Any,
       x64; differentiation (JAX's message: wrap in ``jax.custom_jvp``).
     NotImplementedError: ``vmap`` without ``vmap_method``; a sharding over
       several devices.
-    jax.errors.JaxRuntimeError: ``callback`` raised or returned a wrong
-      result (JAX's C++ dispatch reports it as ``ValueError`` the second
-      time a jitted function fails, as for ``jax.pure_callback``).
+    jax.errors.JaxRuntimeError: ``callback`` raised (logged as JAX logs it)
+      or returned a wrong result (described in JAX's words first).
   """
   if vmap_method not in _VMAP_METHODS:
     raise ValueError(
@@ -190,7 +228,8 @@ def io_callback(callback: Callable[..., Any], result_shape_dtypes: Any,
   """``jax.experimental.io_callback`` on host_callback's runtime.
 
   Calls the impure ``callback(*args, **kwargs)`` on the host (numpy
-  arrays in, checked result out, as :func:`pure_callback`); it always runs,
+  arrays in, eagerly ``jax.Array``s, checked result out, as
+  :func:`pure_callback`); it always runs,
   even when its result is unused.  Under ``vmap`` it runs once per batch
   element, in order (``ValueError`` for an ``ordered`` one, as in JAX).
   Every io_callback runs in program order on its device, ``ordered`` or

@@ -110,12 +110,13 @@ class Buffer:
 def configure(dtypes: tuple[np.dtype[Any] | None, ...],
               device_lookup: Callable[[int], jax.Device],
               on_error: Callable[[TapSite | CallSite | BufferSite,
-                                  BaseException], str],
+                                  BaseException, bool], str],
               tree_flatten: Callable[[Any], tuple[list[Any], Any]],
               warn: Callable[[str], object], /) -> None:
   """Sets the Python hooks: the numpy dtype of each hcb_dtype code (64
   entries, None where there is none), the jax.Device of a device key, the
-  handler of a failing callback (site, exception) -> formatted traceback,
+  handler of a failing callback (site, exception, whether the function
+  raised it) -> formatted traceback,
   jax.tree_util.tree_flatten, and where the runtime's warnings go."""
 
 def in_tap() -> bool:
@@ -168,13 +169,17 @@ def register_print(*, site: TapSite, name: str, nodes: Sequence[PrintNode],
                    devices: dict[int, str],
                    options: PrintOptions,
                    stream: SupportsWrite[str] | None,
-                   dtypes: Sequence[int]) -> int | None:
+                   dtypes: Sequence[int],
+                   log: Callable[[str, jax.Device], object] | None
+                   ) -> int | None:
   """Registers id_print's C target for ``site`` (whose func is a
-  host_callback._print.Printer); returns its id, or None, registering
-  nothing, when libhcb's printer does not print one of ``dtypes`` (the
-  codes of the value's leaves; it decides, ``hcb_print_supports``).
-  ``devices`` maps device keys to names; ``stream`` None means
-  ``sys.stdout``."""
+  host_callback._print.Printer, or debug.print's and debug.log's tap);
+  returns its id, or None, registering nothing, when libhcb's printer does
+  not print one of ``dtypes`` (the codes of the value's leaves; it decides,
+  ``hcb_print_supports``).  ``devices`` maps device keys to names;
+  ``stream`` None means ``sys.stdout``.  With ``log`` the target writes
+  nothing: each record is one call ``log(text, device)`` (the text
+  without its newline, the record's ``jax.Device``)."""
 
 def format_value(nodes: Sequence[PrintNode],
                  arrays: Sequence[npt.ArrayLike],

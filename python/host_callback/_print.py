@@ -40,6 +40,7 @@ import jax
 import numpy as np
 
 from host_callback import _hcb
+from host_callback import _leaves
 from host_callback import _runtime
 from host_callback import _tap
 from host_callback._types import CallbackFlavor
@@ -64,7 +65,10 @@ _DTYPE_CODES = {name: code for code in range(_hcb.NDTYPES)
 
 
 def _dtype_code(leaf: Any) -> int:
-  """The XLA element type code of a leaf of id_print's value (-1: none)."""
+  """The XLA element type code of a leaf of id_print's value (-1: none): of
+  its key data for a typed PRNG key, which taps as its key data."""
+  if _leaves.is_key(leaf):
+    leaf = jax.eval_shape(jax.random.key_data, leaf)
   dtype = getattr(leaf, "dtype", None)
   if dtype is None:
     dtype = np.result_type(leaf)
@@ -274,7 +278,8 @@ class Printer:
                                kv_before=before, kv_after=after,
                                with_device=site.with_device, devices=devices,
                                options=self.options,
-                               stream=self.output_stream, dtypes=self.dtypes)
+                               stream=self.output_stream, dtypes=self.dtypes,
+                               log=None)
 
 
 def _transforms_text(transforms: Sequence[Any]) -> str:

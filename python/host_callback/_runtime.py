@@ -89,6 +89,20 @@ class Transforms(tuple):
     return Transforms((*self, (name, params)))
 
 
+class JaxErrorLog(NamedTuple):
+  """How an error of a drop-in of JAX's callbacks is reported: JAX's log
+  record (``logger``, ``message``, level ERROR, with the exception; a
+  ``logger`` of None logs nothing, as JAX's buffer_callback), only for an
+  exception the function raised (JAX logs none for a wrong result); and
+  whether ``barrier_wait`` raises it afterwards (``keep``: the asynchronous
+  debug callbacks, whose computation does not fail) or not (a failed
+  computation has raised it already)."""
+
+  logger: str | None
+  message: str
+  keep: bool
+
+
 class TapSite(NamedTuple):
   """What a compiled tap refers to by id: the function, how to rebuild its
   argument, the transformations applied around it, and whether it wants the
@@ -112,9 +126,12 @@ class TapSite(NamedTuple):
 class CallSite(NamedTuple):
   """What a compiled ``call`` refers to by id: the function, how to rebuild
   its argument, the declared result (treedef and ``(shape, dtype)`` per
-  leaf), whether it wants the device, and whether a 64-bit result may fill
-  a declared 32-bit one (JAX without x64).  The C target reads the fields by
-  name when it is registered (python/_hcb/call.c, hcb_py_call_site_read)."""
+  leaf), whether it wants the device, whether a 64-bit result may fill a
+  declared 32-bit one (JAX without x64), and the API the user called
+  (``"host_callback.call"``, or the drop-in ``"pure_callback"`` or
+  ``"io_callback"``, whose errors and logs are JAX's: see
+  :func:`_on_callback_error`).  The C target reads the fields by name when
+  it is registered (python/_hcb/call.c, hcb_py_call_site_read)."""
 
   func: Callable[..., Any] | NativeCallback
   arg_treedef: Any
@@ -122,6 +139,17 @@ class CallSite(NamedTuple):
   result_avals: tuple[tuple[tuple[int, ...], np.dtype[Any]], ...]
   with_device: bool
   narrow_x64: bool
+  api: str
+
+  @property
+  def jax_error_log(self) -> JaxErrorLog | None:
+    """How a drop-in's failure is logged (None: ``call``'s own way)."""
+    if self.api in ("pure_callback", "io_callback"):
+      # The computation fails with the error, as JAX's does: nothing is
+      # kept for barrier_wait.
+      return JaxErrorLog("jax._src.callback", f"jax.{self.api} failed",
+                         keep=False)
+    return None
 
   def register(self) -> int:
     if isinstance(self.func, NativeCallback):  # one id, whatever the site
@@ -155,6 +183,15 @@ class _CallableKey:
 
   def __repr__(self) -> str:
     return repr(self.func)
+
+
+def eager_site(site: Any) -> Any:
+  """``site`` (a tap or call site) as an eager bind makes it: with the
+  ``eager_variant()`` of its function where the function's type has one
+  (the drop-ins of JAX's callbacks: JAX passes ``jax.Array``s to eager
+  callbacks)."""
+  variant = getattr(type(site.func), "eager_variant", None)
+  return site if variant is None else site._replace(func=variant(site.func))
 
 
 def hashable_callable(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -340,8 +377,15 @@ class _State:
     self.exiting = False
     self.probe_compiled = False  # _touch, on every device (_before_fork)
     self.forked = False  # in a child of os.fork (_after_fork_in_child)
-    # (exception, formatted traceback) of the last failing callback.
-    self.last_exception: tuple[BaseException, str] | None = None
+    # (exception, formatted traceback, whether JAX's record of it was
+    # logged) of the last failing callback.
+    self.last_exception: tuple[BaseException, str, bool] | None = None
+    # Whether the error barrier_wait raised last was logged in JAX's words
+    # (a drop-in's): the at-exit flush does not log it again.
+    self.raised_as_jax = False
+    # Errors the runtime counted that a failed computation has raised
+    # already (drop-ins of JAX's callbacks): barrier_wait leaves them out.
+    self.reported_errors = 0
 
 
 _state = _State()
@@ -390,6 +434,7 @@ def _after_fork_in_child() -> None:
   taps with a multiprocessing finalizer instead."""
   _state.lock = threading.RLock()
   _state.last_exception = None
+  _state.reported_errors = 0
   _state.release_thread = None
   _state.forked = True
   mp_util = sys.modules.get("multiprocessing.util")
@@ -400,10 +445,31 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
-def _on_callback_error(site: Any, exc: BaseException) -> str:
-  """Called from C (with the GIL) when a tap or call function raised or a
-  call returned a wrong result: logs it, keeps it for barrier_wait and
-  returns the formatted traceback (for the message of a failed call)."""
+def _jax_error_log(site: Any) -> JaxErrorLog | None:
+  """How the errors of ``site`` are reported, when it is one of the
+  drop-ins of JAX's callbacks (a call site's ``api``; the ``jax_error_log``
+  of a tap site's function or of a buffer callback's site); None for
+  host_callback's own APIs."""
+  log = getattr(site, "jax_error_log", None)
+  if log is None and isinstance(site, TapSite):
+    log = getattr(site.func, "jax_error_log", None)
+  return log if isinstance(log, JaxErrorLog) else None
+
+
+def _on_callback_error(site: Any, exc: BaseException, raised: bool) -> str:
+  """Called from C (with the GIL) when a tap or call function raised
+  (``raised``) or a call returned a wrong result: reports it and returns
+  the formatted traceback (for the message of a failed call).
+
+  host_callback's own APIs (id_tap, id_print, call, native functions) log
+  it on logger ``host_callback`` and keep it for barrier_wait.  A drop-in of
+  JAX's logs what JAX logs, on JAX's logger, and nothing else (libraries
+  filter JAX's records and fail on any other: equinox's error_if), and
+  keeps it for barrier_wait only where the computation goes on
+  (:class:`JaxErrorLog`)."""
+  log = _jax_error_log(site)
+  if log is not None:
+    return _report_as_jax(log, exc, raised)
   if isinstance(site, TapSite):
     header = (f"exception in tap function {site.func!r} (postponed to "
               "barrier_wait):")
@@ -429,6 +495,24 @@ def tap_not_queued(what: str, device_key: int, exc: Exception) -> None:
                     error)
 
 
+def _report_as_jax(log: JaxErrorLog, exc: BaseException, raised: bool) -> str:
+  """Reports a drop-in's error as JAX does (see :func:`_on_callback_error`)
+  and returns its formatted traceback."""
+  formatted = "".join(
+      traceback.format_exception(type(exc), exc, exc.__traceback__))
+  if raised and log.logger is not None:
+    logging.getLogger(log.logger).error(
+        log.message, exc_info=(type(exc), exc, exc.__traceback__))
+  with _state.lock:
+    if log.keep:
+      _state.last_exception = (exc, formatted, log.logger is not None)
+    else:
+      # The runtime counts it among the errors barrier_wait raises: it
+      # leaves this many out.
+      _state.reported_errors += 1
+  return formatted
+
+
 def _keep_for_barrier(header: str, exc: BaseException) -> str:
   """Logs ``exc`` under ``header`` and keeps it for barrier_wait; returns
   its formatted traceback."""
@@ -436,7 +520,7 @@ def _keep_for_barrier(header: str, exc: BaseException) -> str:
       traceback.format_exception(type(exc), exc, exc.__traceback__))
   logger.error("%s\n%s", header, formatted)
   with _state.lock:
-    _state.last_exception = (exc, formatted)
+    _state.last_exception = (exc, formatted, False)
   return formatted
 
 
@@ -885,9 +969,15 @@ def barrier_wait(logging_name: str | None = None) -> None:
   count, message = _hcb.take_error()
   with _state.lock:
     last, _state.last_exception = _state.last_exception, None
+    # The runtime counts an error after the hook has reported it: what is
+    # not yet counted is left for the next barrier.
+    reported = min(count, _state.reported_errors)
+    _state.reported_errors -= reported
+    count -= reported
   prefix = "There were exceptions during callback processing. Last one was: "
+  _state.raised_as_jax = last is not None and last[2]
   if last is not None:
-    exc, formatted = last
+    exc, formatted, _ = last
     raise CallbackException(prefix + formatted) from exc
   if count:
     raise CallbackException(prefix + message)
@@ -943,7 +1033,8 @@ def _at_exit() -> None:
   try:
     barrier_wait("at_exit")
   except CallbackException as e:
-    logger.error("host_callback: %s", e)
+    if not _state.raised_as_jax:  # else logged in JAX's words already
+      logger.error("host_callback: %s", e)
   except KeyboardInterrupt:
     # Ctrl-C while the flush waits (a tap function that never returns):
     # exit now, without the taps still pending and without joining the

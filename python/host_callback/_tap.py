@@ -46,8 +46,9 @@ tap_p = Primitive("hcb_tap")
 tap_p.multiple_results = True
 
 
-def _tap_impl(*args: Any, **params: Any) -> Any:
-  return _jax.apply_primitive(tap_p, *args, **params)
+def _tap_impl(*args: Any, site: _runtime.TapSite, **params: Any) -> Any:
+  return _jax.apply_primitive(tap_p, *args, site=_runtime.eager_site(site),
+                              **params)
 
 
 class DifferentiatedTapEffect(_jax.Effect):

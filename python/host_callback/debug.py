@@ -23,26 +23,38 @@ from the ``transforms`` the tap receives:
   at once, synchronously, as JAX's eager debug callbacks are, once the
   callbacks issued before it on its device have run (an eager ``vmap`` taps
   the batched values, then calls a function of unbatched ones eagerly: its
-  text comes after theirs, as in JAX).
+  text comes after theirs, as in JAX); it gets ``jax.Array``s on the CPU
+  device, typed PRNG keys as keys, as in JAX (so does the function of an
+  eager ``vmap``: ``_DebugTap.eager_variant``).
+
+Typed PRNG keys tap as their key data: traced, the function gets (and
+``print`` prints) the key data, as JAX's do.  An exception in the function
+is logged as JAX logs it (``"jax.debug.callback failed"`` on
+``jax._src.debugging``).
 
 Arguments that are not arrays (strings, ``None``, other objects) are static,
 as in JAX: they are kept with the tap site and passed back unchanged.
 
-A ``debug.print`` whose fields are plain replacement fields over arrays
-(``{}``, ``{0}``, ``{name}``) is formatted in C, without the GIL, by
-id_print's C target (``_c_layout``; docs/printing.md); the rest is
-formatted in Python, with the same text.
+A ``debug.print`` or ``debug.log`` whose fields are plain replacement
+fields over arrays (``{}``, ``{0}``, ``{name}``) is formatted in C, without
+the GIL, by id_print's C target (``_c_layout``; docs/printing.md), which
+hands a log's text to ``_Print.log_text``; the rest is formatted in
+Python, with the same text.
+
+The module's public names are exactly ``jax.debug``'s (``_DebugModule``):
+JAX's own ``breakpoint``, sharding helpers and effects where ours would add
+nothing.
 
 Where JAX and host_callback differ (README.md):
 
-- the function receives numpy arrays (JAX: ``jax.Array``s copied onto its
-  CPU device); ``debug.print`` formats what JAX's does, character for
+- traced, the function receives numpy arrays (JAX: ``jax.Array``s copied
+  onto its CPU device); ``debug.print`` formats what JAX's does, character for
   character: numpy arrays where their text is ``jax.Array``'s (``str`` and
   format specs of arrays), ``jax.Array``s where it is not (``!r``,
   attribute or index access in a field, containers, whose ``str`` is their
   elements' ``repr``);
 - an exception in the function does not fail the computation (the tap is
-  asynchronous): it is logged (logger ``host_callback``) and raised by
+  asynchronous): it is logged (JAX's record) and raised by
   ``barrier_wait``; eagerly it propagates, as in JAX;
 - every callback runs in program order on its device, ``ordered`` or not,
   also under ``pmap``/``shard_map`` (JAX refuses ordered effects on more
@@ -56,10 +68,13 @@ Where JAX and host_callback differ (README.md):
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import string
 import sys
+import time
+import types
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -72,11 +87,24 @@ from host_callback import _runtime
 from host_callback import _tap
 from host_callback._types import CallbackFlavor
 
-__all__ = ["callback", "log", "print"]
+# jax.debug's names, exactly (the module's type hides the rest: see the
+# end of the module).
+__all__ = ["callback", "print", "log", "DebugEffect", "OrderedDebugEffect",
+           "visualize_array_sharding", "inspect_array_sharding",
+           "visualize_sharding", "breakpoint"]
 
 # jax.debug.log's logger: handlers and filters set up for JAX's records get
-# the drop-in's too.
+# the drop-in's too.  JAX logs a failed debug callback there too, with
+# _FAILED as the message.
 _LOG = logging.getLogger("jax._src.debugging")
+_FAILED = "jax.debug.callback failed"
+# An empty LogRecord (debug.log's records are copies of one made at trace
+# time: _Print.log_text), and logging's start in seconds (Python 3.13 keeps
+# it in ns), from which a LogRecord's relativeCreated counts.
+_new_record = functools.partial(logging.LogRecord.__new__, logging.LogRecord)
+_LOG_START: float = getattr(logging, "_startTime", time.time())
+if isinstance(_LOG_START, int):
+  _LOG_START /= 1e9
 
 # How the debug.print sites registered so far print: "c" (formatted in C,
 # the GIL taken only to write) or "python" (the tap formats in Python).
@@ -155,11 +183,16 @@ class _DebugTap:
   compiled tap."""
 
   __slots__ = ("func", "in_tree", "static", "with_device", "layout",
-               "partitioned", "_key", "__weakref__")
+               "partitioned", "key_impls", "as_jax", "_key", "__weakref__")
+
+  # An exception in the function is logged as JAX logs its debug
+  # callbacks' (and kept for barrier_wait: the computation goes on).
+  jax_error_log = _runtime.JaxErrorLog(_LOG.name, _FAILED, keep=True)
 
   def __init__(self, func: Callable[..., Any], in_tree: Any,
                static: tuple[tuple[int, Any], ...], with_device: bool,
-               layout: _CLayout | None = None, partitioned: bool = False):
+               layout: _CLayout | None = None, partitioned: bool = False,
+               key_impls: tuple[Any, ...] = (), as_jax: bool = False):
     self.func = func
     self.in_tree = in_tree
     self.static = static
@@ -169,9 +202,22 @@ class _DebugTap:
     # Under jit over sharded operands, every device taps its own shard (the
     # tap's lowering reads it: _tap.py).
     self.partitioned = partitioned
+    # The PRNG implementation of each array leaf that is a typed key (None
+    # for the others; () when none is): they tap as their key data.
+    self.key_impls = key_impls
+    # Bound eagerly (an eager vmap): the function gets jax.Arrays, typed
+    # keys as keys, as JAX's eager debug callbacks do (eager_variant).
+    self.as_jax = as_jax
     self._key = (_runtime.hash_key(func), in_tree,
                  tuple((i, _runtime.hash_key(v)) for i, v in static),
-                 with_device, layout, partitioned)
+                 with_device, layout, partitioned, key_impls, as_jax)
+
+  def eager_variant(self) -> _DebugTap:
+    """This tap as an eager bind makes it (the impl rule of the ``hcb_tap``
+    primitive asks for it; see ``_runtime.eager_site``)."""
+    return _DebugTap(self.func, self.in_tree, self.static, self.with_device,
+                     self.layout, self.partitioned, self.key_impls,
+                     as_jax=True)
 
   def __call__(self, flat: list[np.ndarray], transforms: Sequence[Any],
                device: Any = None) -> None:
@@ -191,6 +237,8 @@ class _DebugTap:
 
   def call(self, leaves: Sequence[Any], device: Any) -> None:
     """Calls the function once, on unbatched leaves."""
+    if self.as_jax:
+      leaves = _as_jax_arrays(leaves, self.key_impls)
     args, kwargs = _merge(self.in_tree, leaves, self.static)
     if isinstance(self.func, _Print):
       self.func.emit(args, kwargs, device)
@@ -202,13 +250,16 @@ class _DebugTap:
     layout, untransformed, is id_print's C target (``_hcb.register_print``)
     when libhcb prints its dtypes; anything else a Python tap."""
     target = None
+    log = self.func.log_text if (isinstance(self.func, _Print) and
+                                 self.func.log is not None) else None
     if (self.layout is not None and not site.transforms and
-        not site.with_device):
+        (log is not None or not site.with_device)):
+      # debug.log's text goes to log_text with the device, not to a stream.
       target = _hcb.register_print(
-          site=site, name="debug.print", nodes=self.layout.nodes,
-          kv_before="", kv_after="", with_device=False, devices={},
-          options=self.layout.options, stream=None,
-          dtypes=self.layout.dtypes)
+          site=site, name="debug.print" if log is None else "debug.log",
+          nodes=self.layout.nodes, kv_before="", kv_after="",
+          with_device=False, devices={}, options=self.layout.options,
+          stream=None, dtypes=self.layout.dtypes, log=log)
     if isinstance(self.func, _Print):
       _print_paths["python" if target is None else "c"] += 1
     if target is None:
@@ -223,6 +274,30 @@ class _DebugTap:
 
   def __repr__(self) -> str:
     return _runtime.callable_name(self.func)
+
+
+def _as_jax_arrays(leaves: Sequence[Any], key_impls: tuple[Any, ...]
+                   ) -> list[Any]:
+  """``leaves`` as JAX's eager debug callbacks pass them: ``jax.Array``s on
+  the first CPU device, the key data of typed keys (``key_impls``) wrapped
+  as keys again."""
+  out = jax.device_put(list(leaves), jax.local_devices(backend="cpu")[0])
+  for i, impl in enumerate(key_impls):
+    if impl is not None:
+      out[i] = jax.random.wrap_key_data(out[i], impl=impl)
+  return out
+
+
+def _call_eagerly(tap: _DebugTap, leaves: list[Any], device: Any) -> None:
+  """Calls the function of an eager debug callback, as JAX does: with the
+  arguments as ``jax.Array``s on the first CPU device (typed PRNG keys
+  included), a failure logged on JAX's logger, then raised."""
+  try:
+    tap.call(jax.device_put(leaves, jax.local_devices(backend="cpu")[0]),
+             device)
+  except BaseException:
+    _LOG.exception(_FAILED)
+    raise
 
 
 def _tracing() -> bool:
@@ -243,15 +318,17 @@ def _issue(func: Callable[..., Any], args: tuple[Any, ...],
   leaves = [_leaves.as_array(x) for x in dynamic]
   layout = (_c_layout(func, args, kwargs, leaves, static)
             if isinstance(func, _Print) else None)
-  tap = _DebugTap(func, in_tree, static, with_device, layout, partitioned)
+  key_impls = tuple(jax.random.key_impl(x) if _leaves.is_key(x) else None
+                    for x in leaves)
+  tap = _DebugTap(func, in_tree, static, with_device, layout, partitioned,
+                  key_impls if any(key_impls) else ())
   if not (_leaves.any_tracer(leaves) if leaves else _tracing()):
     # Eagerly, as JAX: at once, in this thread, after the callbacks
     # issued before (program order).
     device = next((d for x in leaves for d in x.devices()),
                   jax.local_devices()[0])
     _runtime.wait_before_eager_callback(device)
-    tap.call([np.asarray(x) for x in leaves],
-             device if with_device else None)
+    _call_eagerly(tap, leaves, device if with_device else None)
     return
   if layout is not None:
     leaves = [leaves[j] for j in layout.order]
@@ -363,7 +440,7 @@ class _Print:
   its ``extra`` (``record.device``)."""
 
   __slots__ = ("fmt", "np_printoptions", "has_placeholders", "as_jax", "log",
-               "_key", "__weakref__")
+               "record", "_key", "__weakref__")
 
   def __init__(self, fmt: str, has_placeholders: bool, as_jax: bool,
                log: tuple[str, int] | None):
@@ -372,6 +449,10 @@ class _Print:
     self.has_placeholders = has_placeholders
     self.as_jax = as_jax
     self.log = log  # (pathname, lineno) of the user's debug.log
+    # debug.log: the record each print copies, made now, as JAX makes its
+    # own when it traces (the file and line of the call, this thread).
+    self.record = (None if log is None else _LOG.makeRecord(
+        _LOG.name, logging.INFO, log[0], log[1], "", (), None))
     self._key = (fmt, has_placeholders, as_jax, log,
                  tuple((k, _runtime.hash_key(v))
                        for k, v in sorted(self.np_printoptions.items())))
@@ -398,9 +479,21 @@ class _Print:
     if self.log is None:
       sys.stdout.write(msg + "\n")
       return
-    pathname, lineno = self.log
-    record = _LOG.makeRecord(_LOG.name, logging.INFO, pathname, lineno, msg,
-                             (), None, extra={"device": device})
+    self.log_text(msg, device)
+
+  def log_text(self, msg: str, device: Any) -> None:
+    """debug.log's record of ``msg`` from ``device``, handed to the
+    logger's handlers (``Logger.handle``, as JAX does): a copy of the
+    record made at trace time, with the message, the device and the time
+    now.  (Also called by the C print target, which formats ``msg``.)"""
+    record = _new_record()
+    record.__dict__.update(self.record.__dict__)
+    now = time.time()
+    record.created = now
+    record.msecs = int((now - int(now)) * 1000) + 0.0
+    record.relativeCreated = (now - _LOG_START) * 1000
+    record.msg = msg
+    record.device = device
     _LOG.handle(record)
 
   def __hash__(self) -> int:
@@ -441,15 +534,15 @@ class _CLayout(NamedTuple):
 def _c_layout(printer: _Print, args: tuple[Any, ...], kwargs: dict[str, Any],
               leaves: Sequence[Any], static: tuple[tuple[int, Any], ...]
               ) -> _CLayout | None:
-  """The C layout of a debug.print, or None where it formats in Python:
-  debug.log, a field with a conversion, a format spec, attribute or index
+  """The C layout of a debug.print or debug.log, or None where it formats
+  in Python: a field with a conversion, a format spec, attribute or index
   access, or an argument that is not an array (static, or a container);
   numpy print options the C printer does not implement (``legacy``,
   ``formatter``); a format that fails (an unknown field, auto and manual
   numbering mixed: the Python path raises as JAX does).  Which dtypes C
   prints is libhcb's to say, at registration."""
   options = _id_print._c_options(printer.np_printoptions, None)
-  if printer.log is not None or printer.as_jax or options is None:
+  if printer.as_jax or options is None:
     return None
   static_at = {i for i, _ in static}
   # Each argument is one leaf (as_jax is False): its flat index, then its
@@ -601,3 +694,39 @@ def _print_api(fmt: str | None, args: tuple[Any, ...],
 
   return _two_call_form("debug_print", _debug_print, fmt, args, kwargs)
 
+
+
+# ---- the namespace: jax.debug's ----------------------------------------------
+
+# JAX's own where ours adds nothing: sharding inspection and the debugger
+# run no host callback of ours (breakpoint's is JAX's debug callback).
+from jax.debug import DebugEffect  # noqa: E402
+from jax.debug import OrderedDebugEffect  # noqa: E402
+from jax.debug import breakpoint  # noqa: E402  # pylint: disable=redefined-builtin
+from jax.debug import inspect_array_sharding  # noqa: E402
+from jax.debug import visualize_array_sharding  # noqa: E402
+from jax.debug import visualize_sharding  # noqa: E402
+
+_PUBLIC = frozenset(__all__)
+
+
+class _DebugModule(types.ModuleType):
+  """The type of this module: from outside, its public names are exactly
+  ``jax.debug``'s (``__all__``); the modules and helpers its code uses
+  (``jax``, ``np``, ``os``, ``sys``, ...) are not attributes a user sees,
+  in ``dir()`` or otherwise.  The module's own functions find them as
+  globals, which this does not touch."""
+
+  def __getattribute__(self, name: str) -> Any:
+    if name[:1] != "_" and name not in _PUBLIC:
+      raise AttributeError(
+          f"module 'host_callback.debug' has no attribute {name!r} "
+          "(its public names are jax.debug's)")
+    return super().__getattribute__(name)
+
+  def __dir__(self) -> list[str]:
+    return sorted(n for n in super().__dir__()
+                  if n[:1] == "_" or n in _PUBLIC)
+
+
+sys.modules[__name__].__class__ = _DebugModule

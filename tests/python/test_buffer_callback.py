@@ -402,8 +402,7 @@ def test_errors_fail_the_computation():
                      match="callback 'test_errors_fail_the_computation."
                            "<locals>.raises' raised KeyError"):
     jax.jit(hcb.buffer_callback(raises, F32_3))(jnp.ones(3)).block_until_ready()
-  with pytest.raises(hcb.CallbackException, match="missing"):
-    hcb.barrier_wait()
+  hcb.barrier_wait()  # the computation raised it, as JAX's: not again
 
 
 # ---- native callbacks -------------------------------------------------------

@@ -694,8 +694,7 @@ def test_a_failing_eager_call_raises_jax_runtime_error_every_time():
   for _ in range(2):
     with pytest.raises(jax.errors.JaxRuntimeError, match="host says no"):
       again()
-  with pytest.raises(hcb.CallbackException):
-    hcb.barrier_wait()
+  hcb.barrier_wait()  # JAX's buffer_callback: raised by the computation only
 
 
 def test_a_jitted_call_that_fails_on_jax_fast_path_names_the_callback():

@@ -560,8 +560,7 @@ def test_pure_callback_result_conversion_is_jaxs():
     two = jax.jit(lambda x: pc(lambda a: (a, a), shapes[0], x))
     with pytest.raises(jax.errors.JaxRuntimeError):
       two(1.).block_until_ready()
-  with pytest.raises(hcb.CallbackException):
-    hcb.barrier_wait()
+  hcb.barrier_wait()  # the computation raised it, as JAX's: not again
 
 
 @pytest.mark.parametrize("vmap_method", ["sequential", "sequential_unrolled",
@@ -613,9 +612,8 @@ def test_pure_callback_wrong_result_fails_the_computation_like_jaxs():
     f = jax.jit(lambda x: pc(lambda a: a, s, x))
     with pytest.raises(jax.errors.JaxRuntimeError):
       f(1.).block_until_ready()
-    if name == "hcb":
-      with pytest.raises(hcb.CallbackException):
-        hcb.barrier_wait()
+    if name == "hcb":  # the computation raised it, as JAX's: not again
+      hcb.barrier_wait()
 
 
 def test_pure_callback_with_unused_result_may_be_removed():
