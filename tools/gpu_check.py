@@ -40,6 +40,8 @@ WHEEL_PACKAGES = ["scikit-build-core", "pytest", "pytest-timeout"]
 BUDGET_S = 480.0  # 8 minutes on one H100, for everything
 DRY_RUN = os.environ.get("HCB_GPU_DRY_RUN") == "1"
 SKIPPED = 3  # a probe's exit status when it does not apply (probe.py)
+# A test of the suite that runs longer has every thread's stack logged.
+STACKS_AFTER_S = 60.0
 
 
 @dataclasses.dataclass
@@ -164,9 +166,12 @@ def check_build(r: Runner, timeout: float) -> Result:
 
 def check_suite(r: Runner, timeout: float) -> Result:
   env = {"HCB_REQUIRE_GPU": "1"} if not DRY_RUN else {}
+  # A test that hangs gets the suite killed: every thread's stack goes to
+  # the log first, naming the test and where it waits.
   status, text = r.command(
       "suite", [r.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                "-rfE", "tests/gpu"], timeout, env)
+                "-rfE", "-o", f"faulthandler_timeout={STACKS_AFTER_S:.0f}",
+                "tests/gpu"], timeout, env)
   if status is None:
     return timed_out(timeout)
   summary = last_line(text, ("=",)).strip("= ")
@@ -185,7 +190,11 @@ def check_example(r: Runner, timeout: float) -> Result:
 
 def probe_check(script: pathlib.Path) -> Callable[[Runner, float], Result]:
   def run(r: Runner, timeout: float) -> Result:
-    status, text = r.command(script.stem, [r.python, str(script)], timeout)
+    # stacks in the log before a hanging probe is killed (probe.py)
+    stacks_after = max(timeout - 10, 1)
+    status, text = r.command(
+        script.stem, [r.python, str(script)], timeout,
+        {"HCB_PROBE_STACKS_AFTER_S": f"{stacks_after:.0f}"})
     if status is None:
       return timed_out(timeout)
     line = last_line(text, ("PASS", "FAIL", "SKIP"))

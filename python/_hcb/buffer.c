@@ -119,9 +119,12 @@ buffer_array(PyObject *self, PyObject *args, PyObject *kwargs)
     static char *kwlist[] = {k_dtype, k_copy, NULL};
     hcb_py_buffer *b = (hcb_py_buffer *)self;
     PyObject *dtype = Py_None, *copy = Py_None, *arr, *cast;
+    int copying = 0;
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:__array__", kwlist,
                                      &dtype, &copy))
+        return NULL;
+    if (copy != Py_None && (copying = PyObject_IsTrue(copy)) < 0)
         return NULL;
     if (hcb_py_buffer_on_cuda(b))
         return hcb_py_buffer_refuse_host(b, PyExc_TypeError, "__array__");
@@ -132,7 +135,7 @@ buffer_array(PyObject *self, PyObject *args, PyObject *kwargs)
                             self);
     if (arr == NULL)
         return NULL;
-    if (dtype != Py_None || (copy != Py_None && PyObject_IsTrue(copy) == 1)) {
+    if (dtype != Py_None || copying) {
         PyArray_Descr *want = NULL;
 
         if (dtype != Py_None && !PyArray_DescrConverter(dtype, &want)) {

@@ -231,14 +231,16 @@ hcb_py_buffer_dlpack(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *copy = Py_None, *capsule;
     dl_holder *h;
     dl_tensor *t;
-    int i, versioned;
+    int i, versioned, copying = 0;
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOOO:__dlpack__", kwlist,
                                      &stream, &max_version, &dev, &copy))
         return NULL;
     if (hcb_py_buffer_check_valid(b) < 0 || check_dl_device(b, dev) < 0)
         return NULL;
-    if (copy != Py_None && PyObject_IsTrue(copy) == 1) {
+    if (copy != Py_None && (copying = PyObject_IsTrue(copy)) < 0)
+        return NULL;
+    if (copying) {
         PyErr_SetString(PyExc_BufferError,
                         "__dlpack__(copy=True): a Buffer only exports its "
                         "own memory");

@@ -151,7 +151,7 @@ hcb_cuda_stream_wait(void *waiter, void *stream, hcb_error *err)
     if (waiter == stream)
         return HCB_OK; /* a stream is in order with itself */
     if ((api = hcb__cuda_get(err)) == NULL)
-        return err->code;
+        return HCB_ENOTFOUND; /* `err` may be NULL: no err->code */
     if ((status = api->event_create(&event, HCB__CUDA_EVENT_DISABLE_TIMING)) !=
         0)
         return hcb__cuda_fail(api, status, "creating a CUDA event", err);

@@ -219,13 +219,13 @@ hcb__runtime_reserve(hcb_runtime *rt, hcb_device device, size_t bytes,
         return err->code;
     if ((rc = hcb__ensure_consumer(ch, false, err)) != HCB_OK)
         return rc;
-    /* a consumer that exited before it saw the reservation is replaced
-     * here, on the reserving thread, which may wait for a stop's join */
-    if (!hcb__queue_reserve(&ch->queue, bytes, hcb__consumer == ch) &&
-        (rc = hcb__ensure_consumer(ch, true, err)) != HCB_OK) {
-        hcb__queue_unreserve(&ch->queue, bytes);
-        return rc;
-    }
+    /* a consumer that exited, or is exiting, when the room was reserved:
+     * the room is given back (the exiting one may wait for it: queue.c,
+     * "Reservations"); another is started here, on the reserving thread,
+     * which may wait for a stop's join, and the room reserved again */
+    while (!hcb__queue_reserve(&ch->queue, bytes, hcb__consumer == ch))
+        if ((rc = hcb__ensure_consumer(ch, true, err)) != HCB_OK)
+            return rc;
     return HCB_OK;
 }
 

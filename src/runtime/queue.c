@@ -76,9 +76,15 @@
  * nothing more is pushed; until then it sleeps on `nonempty`, which a
  * reserved push or an unreserve signals.  The reserver counts `reserved`
  * and then reads `consumer_active`; the consumer clears `consumer_active`
- * and then reads `reserved` (both sequentially consistent): either the
- * consumer stays for the record, or the reserver sees it gone and starts
- * another (channels.c) before the record can come.
+ * and then reads `reserved` (both sequentially consistent): a reserver
+ * that sees the consumer active has it stay for the record.  One that
+ * does not may still have been seen (the consumer read `reserved` after
+ * the count and stayed), while the stop that closed the queue waits to
+ * join that consumer: it gives the room back at once, so that the
+ * consumer can exit, and then starts another (channels.c, after the
+ * stop) and reserves again.  Were the room kept while the reserver waits
+ * for the stop, the stop would wait for the consumer, the consumer for
+ * the record, and the record for the reserver.
  *
  * Ordering.  Records leave in the order they were linked: for one producer
  * thread, the order it pushed them; reserved records in the order they
@@ -291,7 +297,10 @@ hcb__queue_reserve(hcb__queue *q, size_t size, bool self_consumer)
 {
     reserve(q, size, self_consumer);
     atomic_fetch_add(&q->reserved, 1); /* before the read: see Reservations */
-    return atomic_load(&q->consumer_active);
+    if (atomic_load(&q->consumer_active))
+        return true;
+    hcb__queue_unreserve(q, size); /* a closing consumer may wait for it */
+    return false;
 }
 
 void

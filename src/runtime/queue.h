@@ -90,8 +90,10 @@ bool hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer);
  * copies have landed).  hcb__queue_reserve takes room for `size` bytes,
  * waiting for it as hcb__queue_push does (the back-pressure falls on the
  * caller; `self_consumer` as there), counts a record on its way, and
- * returns whether a consumer is active (if not, the caller must start one
- * before the record comes).  hcb__queue_push_reserved then appends `rec`
+ * returns true if a consumer is active; if none is, it gives the room
+ * back and returns false (the caller starts one, after the stop that
+ * closed the queue, and reserves again: queue.c, "Reservations").
+ * hcb__queue_push_reserved then appends `rec`
  * (ownership passes to the queue; its size must be `size`) and never
  * waits; hcb__queue_unreserve gives the room back instead.  While a
  * reservation is outstanding an active consumer does not exit, even when

@@ -76,12 +76,32 @@ hcb__runtime_log(hcb_runtime *rt, const char *fmt, ...)
  * device's thread waiting for room: runtime.h, "Stalls").  It starts at
  * the first such warning and exits once stopped and out of messages. */
 
+/* Logs the oldest waiting message; called with warn_mu held and a message
+ * waiting, returns with it held (released while the sink runs). */
+static void
+log_next_warning(hcb_runtime *rt)
+{
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    uint64_t dropped;
+
+    memcpy(msg, rt->warn_msgs[rt->warn_head], sizeof msg);
+    rt->warn_head = (rt->warn_head + 1) % WARN_SLOTS;
+    rt->warn_count--;
+    dropped = rt->warn_dropped;
+    rt->warn_dropped = 0;
+    hcb__mutex_unlock(&rt->warn_mu);
+    if (dropped > 0)
+        hcb__runtime_log(rt, "%s (and %llu warnings more, dropped)", msg,
+                         (unsigned long long)dropped);
+    else
+        hcb__runtime_log(rt, "%s", msg);
+    hcb__mutex_lock(&rt->warn_mu);
+}
+
 static void *
 warn_main(void *arg)
 {
     hcb_runtime *rt = arg;
-    char msg[HCB_ERROR_MESSAGE_SIZE];
-    uint64_t dropped;
 
     hcb__mutex_lock(&rt->warn_mu);
     for (;;) {
@@ -89,18 +109,7 @@ warn_main(void *arg)
             hcb__cond_wait(&rt->warn_cv, &rt->warn_mu);
         if (rt->warn_count == 0)
             break; /* stopped, and nothing left */
-        memcpy(msg, rt->warn_msgs[rt->warn_head], sizeof msg);
-        rt->warn_head = (rt->warn_head + 1) % WARN_SLOTS;
-        rt->warn_count--;
-        dropped = rt->warn_dropped;
-        rt->warn_dropped = 0;
-        hcb__mutex_unlock(&rt->warn_mu);
-        if (dropped > 0)
-            hcb__runtime_log(rt, "%s (and %llu warnings more, dropped)", msg,
-                             (unsigned long long)dropped);
-        else
-            hcb__runtime_log(rt, "%s", msg);
-        hcb__mutex_lock(&rt->warn_mu);
+        log_next_warning(rt);
     }
     hcb__mutex_unlock(&rt->warn_mu);
     return NULL;
@@ -158,6 +167,10 @@ hcb__runtime_warn_stop(hcb_runtime *rt)
     hcb__mutex_lock(&rt->warn_mu);
     rt->warn_running = rt->warn_joining = rt->warn_stopping = false;
     hcb__cond_broadcast(&rt->warn_cv);
+    /* A warning that came after the thread's last look found it running
+     * and started none: logged here, or it would wait for the next one. */
+    while (rt->warn_count > 0)
+        log_next_warning(rt);
     hcb__mutex_unlock(&rt->warn_mu);
 }
 

@@ -9,6 +9,7 @@ typedef struct consumer_ctx {
     long delay_us;
     int32_t seen[4096];
     size_t n;
+    atomic_int exited; /* its pop returned NULL */
 } consumer_ctx;
 
 static void *
@@ -29,6 +30,7 @@ consume(void *arg)
             hcb__queue_done(c->q, 1, size); /* one at a time here */
         }
     }
+    atomic_store(&c->exited, 1);
     return NULL;
 }
 
@@ -212,6 +214,50 @@ test_a_closing_consumer_waits_for_reserved_records(void **state)
     hcb__queue_unreserve(&q, 256);
     pthread_join(t, NULL);
     assert_int_equal(c->n, 1);
+    assert_int_equal(q.bytes, 0);
+    hcb__queue_destroy(&q);
+    free(c);
+}
+
+/* A reservation that finds no consumer active takes nothing.  Here the
+ * consumer has been closed while a record is reserved, and has cleared
+ * consumer_active as it does on its way out, just when the next
+ * reservation reads it; it saw the first reservation counted and stays.
+ * The stop that closed the queue waits to join it, and the second
+ * reserver (channels.c) waits for that stop before it starts another: so
+ * the consumer must not wait for the second record too.  It exits once the
+ * first is pushed. */
+static void
+test_a_refused_reservation_takes_nothing(void **state)
+{
+    hcb__queue q;
+    consumer_ctx *c = calloc(1, sizeof *c);
+    hcb_record *probe = tu_record(1, 0, 0, 16);
+    size_t rsize = probe->size;
+    pthread_t t;
+    int i, exited;
+
+    (void)state;
+    hcb_record_release(probe);
+    assert_int_equal(hcb__queue_init(&q, 1 << 20), HCB_OK);
+    c->q = &q;
+    start(c, &t);
+    assert_true(hcb__queue_reserve(&q, rsize, false));
+    hcb__queue_close(&q);
+    hcb__queue_set_consumer_active(&q, false); /* the moment of the race */
+    assert_false(hcb__queue_reserve(&q, rsize, false));
+    assert_int_equal(atomic_load(&q.reserved), 1); /* the first only */
+    assert_int_equal(atomic_load(&q.bytes), rsize);
+    hcb__queue_push_reserved(&q, tu_record(1, 0, 7, 16));
+    for (i = 0; i < 5000 && !atomic_load(&c->exited); i++)
+        tu_sleep_us(1000);
+    exited = atomic_load(&c->exited);
+    if (!exited)
+        hcb__queue_unreserve(&q, rsize); /* let it go; the test fails */
+    pthread_join(t, NULL);
+    assert_true(exited);
+    assert_int_equal(c->n, 1);
+    assert_int_equal(c->seen[0], 7);
     assert_int_equal(q.bytes, 0);
     hcb__queue_destroy(&q);
     free(c);
@@ -520,6 +566,7 @@ main(void)
         cmocka_unit_test(test_stall_callback_once_per_wait),
         cmocka_unit_test(test_reserved_room_is_pushed_without_waiting),
         cmocka_unit_test(test_a_closing_consumer_waits_for_reserved_records),
+        cmocka_unit_test(test_a_refused_reservation_takes_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

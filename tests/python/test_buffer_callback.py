@@ -249,6 +249,22 @@ def test_dlpack_arguments_also_by_position_as_jax_takes_them():
     assert "dltensor_versioned" in repr(capsule)
 
 
+def test_a_copy_argument_without_a_truth_value_raises_its_own_error():
+  # copy= is read as a bool; one whose bool() raises gives that error, not
+  # a SystemError about an exception left set.
+  class NoTruth:
+    def __bool__(self):
+      raise ValueError("no truth value here")
+
+  for device in (0, CUDA_1):
+    out = hcb_c.Buffer._test_view(np.ones(3, np.float32), device, True)
+    with pytest.raises(ValueError, match="no truth value here"):
+      out.__dlpack__(copy=NoTruth())
+  out = hcb_c.Buffer._test_view(np.ones(3, np.float32), 0, True)
+  with pytest.raises(ValueError, match="no truth value here"):
+    out.__array__(copy=NoTruth())
+
+
 def _jax_and_our_buffers(program):
   """What ``program(buffer_callback)`` saw of its Buffers and context, with
   JAX's buffer_callback and with ours: {name: (shape, dtype, ndim,

@@ -13,6 +13,7 @@ host_callback start sets them before it imports this module's
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 from typing import Any, NoReturn
@@ -20,6 +21,13 @@ from typing import Any, NoReturn
 DRY_RUN = os.environ.get("HCB_GPU_DRY_RUN") == "1"
 if DRY_RUN:
   os.environ.setdefault("JAX_NUM_CPU_DEVICES", "2")
+
+# A probe that hangs is killed by tools/gpu_check.py; shortly before, it
+# writes every thread's stack to its log (where it waits: the GPU, the
+# queue, the pool, the GIL), which gpu_check asks for with this variable.
+if os.environ.get("HCB_PROBE_STACKS_AFTER_S"):
+  faulthandler.dump_traceback_later(
+      float(os.environ["HCB_PROBE_STACKS_AFTER_S"]), exit=False)
 
 SKIPPED = 3  # the exit status of a skipped probe
 
