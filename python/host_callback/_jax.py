@@ -79,6 +79,14 @@ def output_runtime_tokens() -> list[Any]:
   return list(_dispatch.runtime_tokens.output_runtime_tokens.values())
 
 
+# ---- is a trace in progress? ------------------------------------------------
+
+# core.trace_state_clean(): whether this thread is at JAX's top level: no
+# trace in progress (jit, vmap, grad, ...), primitives are evaluated now.
+# jax.set_mesh refuses to run otherwise.  JAX 0.10-0.12.
+trace_state_clean: Callable[[], bool] = _core.trace_state_clean
+
+
 # ---- program order (_order.py) ------------------------------------------------
 
 # dispatch.JAXPR_TO_MLIR_MODULE_EVENT: the jax.monitoring event that
@@ -287,6 +295,14 @@ def _has_params(fn: Callable[..., Any], *names: str) -> str | None:
   return f"has no parameter(s) {missing}" if missing else None
 
 
+def _check_trace_state_clean() -> str | None:
+  if trace_state_clean() is not True:
+    return "is not True outside any trace"
+  inside: list[bool] = []
+  jax.make_jaxpr(lambda: inside.append(trace_state_clean()))()
+  return None if inside == [False] else f"is {inside} inside make_jaxpr"
+
+
 def _check_dce_rule() -> str | None:
   n = len(_params(default_dce_rule))
   if n not in (2, 3):
@@ -351,6 +367,7 @@ def _check_axis_data() -> str | None:
 TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
     ("dispatch.apply_primitive",
      lambda: _has_params(apply_primitive, "prim")),
+    ("core.trace_state_clean", _check_trace_state_clean),
     ("dispatch.JAXPR_TO_MLIR_MODULE_EVENT",
      lambda: None if LOWERING_EVENT == (
          "/jax/core/compile/jaxpr_to_mlir_module_duration")

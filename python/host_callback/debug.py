@@ -250,8 +250,9 @@ def _issue(func: Callable[..., Any], args: tuple[Any, ...],
     device = next((d for x in leaves for d in x.devices()),
                   jax.local_devices()[0])
     _runtime.wait_before_eager_callback(device)
-    tap.call([np.asarray(x) for x in leaves],
-             device if with_device else None)
+    with _runtime.eager_callback_context():
+      tap.call([np.asarray(x) for x in leaves],
+               device if with_device else None)
     return
   if layout is not None:
     leaves = [leaves[j] for j in layout.order]
