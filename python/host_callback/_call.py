@@ -282,7 +282,7 @@ def bind(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
                   bool(narrow))
 
   if (_config.INLINE and not isinstance(callback_func, NativeCallback) and
-      not _leaves.any_tracer(sent)):
+      not _leaves.staging(sent)):
     value = arg_treedef.unflatten([np.asarray(x) for x in sent])
     if call_with_device:
       result = callback_func(value,

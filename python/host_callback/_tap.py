@@ -252,7 +252,7 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
     res_leaves, res_treedef = [], None
 
   if (_config.INLINE and not native and
-      not _leaves.any_tracer(tapped + res_leaves)):
+      not _leaves.staging(tapped + res_leaves)):
     _tap_inline(site, tapped, device_index)
     return arg if result is None else result
 

@@ -19,8 +19,11 @@ from the ``transforms`` the tap receives:
   ``jax.debug`` does; a tap that differentiation transposes (one on
   tangents, in a ``custom_jvp`` rule) calls nothing, as JAX's transpose
   rule of debug callbacks does nothing;
-- outside any trace (no tracer among the arguments) the function is called
-  at once, synchronously, as JAX's eager debug callbacks are, once the
+- outside any trace (not within ``jit``, ``scan``, ...: a constant
+  ``jax.Array`` closed over in a jitted function is printed by every
+  execution, not once at trace time) the function is called at once,
+  synchronously, as JAX's eager debug callbacks are, in JAX's context for
+  them (default device the first CPU device, no mesh), once the
   callbacks issued before it on its device have run (an eager ``vmap`` taps
   the batched values, then calls a function of unbatched ones eagerly: its
   text comes after theirs, as in JAX).
@@ -225,13 +228,6 @@ class _DebugTap:
     return _runtime.callable_name(self.func)
 
 
-def _tracing() -> bool:
-  """Whether a trace (``jit``, ...) is in progress: a value made here is a
-  tracer then (for a callback without array arguments, which has no
-  tracer to tell)."""
-  return isinstance(jax.lax.full((), 0, np.int8), jax.core.Tracer)
-
-
 def _issue(func: Callable[..., Any], args: tuple[Any, ...],
            kwargs: dict[str, Any], *, with_device: bool = False,
            partitioned: bool = False) -> None:
@@ -244,7 +240,7 @@ def _issue(func: Callable[..., Any], args: tuple[Any, ...],
   layout = (_c_layout(func, args, kwargs, leaves, static)
             if isinstance(func, _Print) else None)
   tap = _DebugTap(func, in_tree, static, with_device, layout, partitioned)
-  if not (_leaves.any_tracer(leaves) if leaves else _tracing()):
+  if not _leaves.staging(leaves):
     # Eagerly, as JAX: at once, in this thread, after the callbacks
     # issued before (program order).
     device = next((d for x in leaves for d in x.devices()),
