@@ -139,6 +139,7 @@ ad.primitive_jvps[call_p] = _call_jvp
 ad.primitive_transposes[call_p] = _call_transpose
 batching.primitive_batchers[call_p] = _call_batching
 _containers.keep_when_unused(call_p)
+_containers.refuse_in_batched_while(call_p)
 
 
 # ---- result_shape -------------------------------------------------------------
