@@ -166,9 +166,10 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
   # takes no token (XLA's partitioner of that callback refuses one), so it
   # is not ordered against the program's other callbacks, as in JAX.
   ordered = has_side_effect and not partitioned
+  if partitioned:  # no results: one annotation, for the op itself
+    ctx = ctx.replace(avals_out=())
   results, token, _ = _jax.emit_python_callback(
-      ctx.replace(avals_out=()) if partitioned else ctx, run_on_device,
-      hlo.create_token() if ordered else None,
+      ctx, run_on_device, hlo.create_token() if ordered else None,
       [*ordinal, *args], ctx.avals_in, () if partitioned else out_avals,
       has_side_effect=has_side_effect, returns_token=ordered or partitioned,
       partitioned=partitioned, sharding=_maximal(ctx, device_index))

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
+from jax import lax
 from jax.extend.core import JaxprEqn
 from jax.extend.core import Primitive
 from jax.extend.core import Var
@@ -88,6 +89,18 @@ def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
 
 def _tap_batching(args: Any, dims: Any, *, site: _runtime.TapSite,
                   ntapped: int, **params: Any) -> tuple[Any, Any]:
+  if getattr(site.func, "partitioned", False):
+    # jax.debug's partitioned callback (debug.py) is batched as JAX batches
+    # it: one tap per batch element, of that element's slices, so that
+    # under jit over sharded operands every device taps its shard of each
+    # element, as JAX's does (the batch itself is sharded differently).
+    # The taps' results are their operands: the batch goes on unchanged.
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    for i in range(size):
+      tap_p.bind(*[x if d is None else lax.index_in_dim(x, i, d, False)
+                   for x, d in zip(args, dims)],
+                 site=site, ntapped=ntapped, **params)
+    return args, dims
   batched = site._replace(transforms=site.transforms.add(
       "batch", {"batch_dims": tuple(dims[:ntapped])}))
   return tap_p.bind(*args, site=batched, ntapped=ntapped, **params), dims

@@ -53,7 +53,9 @@ Where JAX and host_callback differ (README.md):
 - ``partitioned=True``, as in JAX, matters under ``jit`` over sharded
   operands only: every device calls the function on its own shard (JAX's
   partitioned callback hands each device's shard to the runtime, in that
-  device's order); with ``False`` it gets the whole value, once.
+  device's order); with ``False`` it gets the whole value, once.  Under
+  ``vmap`` a partitioned callback is tapped per batch element, as JAX
+  batches it, so that each device gets its shard of each element.
 """
 
 from __future__ import annotations
