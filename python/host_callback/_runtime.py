@@ -720,9 +720,9 @@ def _made_apart(make: Callable[[], Any]) -> Any:
   the user's ``set_mesh``, ``default_device``, ``transfer_guard``,
   ``enable_x64``, ``disable_jit``, a trace in progress, and any context
   JAX adds later, are all thread-local; so it runs in a thread of its own,
-  with the settings that can also be global pinned.  At interpreter exit,
-  where Python 3.12+ starts no thread, it runs in this thread with those
-  settings pinned (no trace is in progress then)."""
+  with the settings that can also be global pinned.  Where Python starts
+  no more threads (late in interpreter shutdown), it runs in this thread
+  with those settings pinned."""
   done: list[Any] = []
 
   def run() -> None:
