@@ -234,7 +234,8 @@ def call(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
       values, or ``vmap_method`` is unknown.
     NotImplementedError: a ``DEBUG`` flavor call with a ``result_shape``;
       differentiation (wrap the caller in ``jax.custom_jvp``/``custom_vjp``);
-      ``vmap`` without ``vmap_method``.
+      ``vmap`` without ``vmap_method``; an ``IO_CALLBACK`` call in a
+      ``while_loop`` whose predicate ``vmap`` batches.
     jax.errors.JaxRuntimeError: ``callback_func`` raised or returned a
       wrong result (eagerly, every time; under ``jit`` JAX raises it, except
       that its C++ dispatch of a jitted function that has run before raises
