@@ -724,6 +724,7 @@ def _made_apart(make: Callable[[], Any]) -> Any:
   no more threads (late in interpreter shutdown), it runs in this thread
   with those settings pinned."""
   done: list[Any] = []
+  finished = threading.Event()
 
   def run() -> None:
     try:
@@ -731,14 +732,26 @@ def _made_apart(make: Callable[[], Any]) -> Any:
         done.append((True, make()))
     except BaseException as e:  # pylint: disable=broad-except
       done.append((False, e))
+    finally:
+      finished.set()
 
   try:
-    thread = threading.Thread(target=run, name="hcb-probe-compile")
-    thread.start()
+    threading.Thread(target=run, name="hcb-probe-compile").start()
   except RuntimeError:  # "can't create new thread at interpreter shutdown"
     run()
-  else:
-    thread.join()
+  # Ctrl-C waits for the compilation, as it would in this thread (XLA's
+  # compiler does not return to Python before it is done): a thread left
+  # compiling while the interpreter exits aborts the process.  (An Event,
+  # not Thread.join: a join that Ctrl-C interrupts may no longer tell
+  # whether the thread is alive.)
+  interrupted: KeyboardInterrupt | None = None
+  while not finished.is_set():
+    try:
+      finished.wait()
+    except KeyboardInterrupt as e:
+      interrupted = e
+  if interrupted is not None:
+    raise interrupted
   ok, value = done[0]
   if not ok:
     raise value
