@@ -143,6 +143,7 @@ ad.primitive_jvps[call_p] = _call_jvp
 ad.primitive_transposes[call_p] = _call_transpose
 batching.primitive_batchers[call_p] = _call_batching
 _containers.keep_when_unused(call_p)
+_containers.refuse_in_batched_while(call_p)
 
 
 # ---- result_shape -------------------------------------------------------------
@@ -237,7 +238,8 @@ def call(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
       values, or ``vmap_method`` is unknown.
     NotImplementedError: a ``DEBUG`` flavor call with a ``result_shape``;
       differentiation (wrap the caller in ``jax.custom_jvp``/``custom_vjp``);
-      ``vmap`` without ``vmap_method``.
+      ``vmap`` without ``vmap_method``; an ``IO_CALLBACK`` call in a
+      ``while_loop`` whose predicate ``vmap`` batches.
     jax.errors.JaxRuntimeError: ``callback_func`` raised or returned a
       wrong result (eagerly, every time; under ``jit`` JAX raises it, except
       that its C++ dispatch of a jitted function that has run before raises
@@ -286,7 +288,7 @@ def bind(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
                   bool(narrow), "host_callback.call" if api == "call" else api)
 
   if (_config.INLINE and not isinstance(callback_func, NativeCallback) and
-      not _leaves.any_tracer(sent)):
+      not _leaves.staging(sent)):
     value = arg_treedef.unflatten([np.asarray(x) for x in sent])
     if call_with_device:
       result = callback_func(value,

@@ -51,6 +51,14 @@ runs a loop whose trip count it can tell (``i < 3``) without evaluating
 its condition, so the predicate's callbacks would never run: such a loop
 is lowered with the predicate computed in the body and carried (the loop
 of 3.), so that they run once per iteration, in order.
+
+6. ``vmap`` of a ``while_loop`` whose predicate it batches runs the body
+for every element, finished or not (their results are discarded): an io
+call there (``io_callback``, ``host_callback.call`` of the default flavor,
+one call per element) would run for elements the program has finished
+with.  JAX refuses its io_callback there; so does this, with JAX's words.
+Taps (of the batch, once per iteration), debug callbacks and pure calls run
+there, as JAX's debug and pure callbacks do.
 """
 
 from __future__ import annotations
@@ -72,6 +80,8 @@ from host_callback import _jax
 from host_callback._types import CallbackFlavor
 
 _kept: set[Primitive] = set()
+# Callbacks that vmap of a while with a batched predicate refuses (6.).
+_refused_in_batched_while: set[Primitive] = set()
 # prim -> how partial evaluation marks an equation of it to be kept (4.).
 _marks: dict[Primitive, Callable[[JaxprEqn], JaxprEqn]] = {}
 
@@ -255,12 +265,69 @@ def _while_with_carried_predicate(cond_nconsts: int, cond_jaxpr: Any,
   return loop
 
 
+def refuse_in_batched_while(prim: Primitive) -> None:
+  """Makes ``vmap`` of a ``while_loop`` whose predicate it batches refuse
+  equations of ``prim`` (which must have a ``flavor`` parameter) in the
+  loop's body or condition, unless their flavor is ``PURE`` or ``DEBUG``
+  (6. of the module's docstring)."""
+  _refused_in_batched_while.add(prim)
+
+
+def _holds_refused(jaxpr: Jaxpr) -> bool:
+  """Whether ``jaxpr`` (or one nested in it) holds an equation that a
+  while with a batched predicate refuses."""
+  for eqn in jaxpr.eqns:
+    if (eqn.primitive in _refused_in_batched_while and
+        eqn.params["flavor"] not in (CallbackFlavor.PURE,
+                                     CallbackFlavor.DEBUG)):
+      return True
+    if any(_holds_refused(sub) for sub in jaxprs_in_params(eqn.params)):
+      return True
+  return False
+
+
+def _predicate_batched(axis_data: Any, dims: Any, cond_nconsts: int,
+                       cond_jaxpr: Any, body_nconsts: int,
+                       body_jaxpr: Any) -> bool:
+  """Whether ``vmap`` batches the predicate of the loop, found as JAX's
+  batching rule of ``while`` finds it: the carry is batched where its
+  initial value is, or where the body makes it so (to a fixpoint); the
+  predicate is batched when the condition makes it so from that carry."""
+  batched = [d is not None for d in dims]
+  cconsts = batched[:cond_nconsts]
+  bconsts = batched[cond_nconsts:cond_nconsts + body_nconsts]
+  carry = batched[cond_nconsts + body_nconsts:]
+  for _ in range(1 + len(carry)):
+    _, out = _jax.batch_jaxpr(body_jaxpr, axis_data, bconsts + carry, carry)
+    grown = [a or bool(b) for a, b in zip(carry, out)]
+    if grown == carry:
+      break
+    carry = grown
+  _, (pred,) = _jax.batch_jaxpr(cond_jaxpr, axis_data, cconsts + carry,
+                                False)
+  return bool(pred)
+
+
 def _predicate_once_batched_while(rule: Callable[..., Any]
                                   ) -> Callable[..., Any]:
   def while_batching_rule(axis_data: Any, args: Any, dims: Any, *,
                           cond_nconsts: int, cond_jaxpr: Any,
                           body_nconsts: int, body_jaxpr: Any) -> Any:
     name, size, spmd_name, mesh_axis = _jax.vmap_axis(axis_data)
+    if (any(d is not None for d in dims) and
+        (_jaxpr_holds_callback(body_jaxpr.jaxpr) and
+         _holds_refused(body_jaxpr.jaxpr) or
+         _jaxpr_holds_callback(cond_jaxpr.jaxpr) and
+         _holds_refused(cond_jaxpr.jaxpr)) and
+        _predicate_batched(axis_data, dims, cond_nconsts, cond_jaxpr,
+                           body_nconsts, body_jaxpr)):
+      raise NotImplementedError(
+          "Unordered IO effects not supported in while_loop with batched "
+          "predicate: vmap runs the loop while any element's predicate "
+          "holds, so an io_callback (or host_callback.call) in its body or "
+          "condition would run for elements whose loop has already "
+          "finished. Move the callback out of the loop, or use "
+          "pure_callback, debug.callback or id_tap there.")
     if (mesh_axis is not None or all(d is None for d in dims) or
         not _jaxpr_holds_callback(cond_jaxpr.jaxpr)):
       return rule(axis_data, args, dims, cond_nconsts=cond_nconsts,

@@ -249,6 +249,8 @@ def io_callback(callback: Callable[..., Any], result_shape_dtypes: Any,
   Raises:
     ValueError: differentiation; ``vmap`` of an ordered callback; a 64-bit
       declared result without x64.
+    NotImplementedError: in a ``while_loop`` whose predicate ``vmap``
+      batches (it would run for elements already finished), as in JAX.
     jax.errors.JaxRuntimeError: ``callback`` raised or returned a wrong
       result.
   """

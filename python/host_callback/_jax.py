@@ -30,6 +30,7 @@ from jax._src import core as _core
 from jax._src import effects as _effects
 from jax._src import monitoring as _monitoring
 from jax._src import sharding_impls as _sharding_impls
+from jax._src.interpreters import batching as _jax_batching
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import partial_eval as _pe
 from jax._src.lib import xla_client as _xc
@@ -77,6 +78,14 @@ def output_runtime_tokens() -> list[Any]:
   JAX 0.10-0.12.
   """
   return list(_dispatch.runtime_tokens.output_runtime_tokens.values())
+
+
+# ---- is a trace in progress? ------------------------------------------------
+
+# core.trace_state_clean(): whether this thread is at JAX's top level: no
+# trace in progress (jit, vmap, grad, ...), primitives are evaluated now.
+# jax.set_mesh refuses to run otherwise.  JAX 0.10-0.12.
+trace_state_clean: Callable[[], bool] = _core.trace_state_clean
 
 
 # ---- program order (_order.py) ------------------------------------------------
@@ -224,6 +233,13 @@ fancy_primitive_batchers: dict[Any, Callable[..., Any]] = (
 # explicit_mesh_axis), read by vmap_axis.  JAX 0.10-0.12.
 
 
+# batching.batch_jaxpr(closed_jaxpr, axis_data, in_batched, instantiate) ->
+# (batched ClosedJaxpr, out_batched): which outputs of a jaxpr are batched
+# when the given inputs are; what JAX's while batching rule uses to find
+# whether the predicate is batched.  JAX 0.10-0.12.
+batch_jaxpr: Callable[..., Any] = _jax_batching.batch_jaxpr
+
+
 def vmap_axis(axis_data: Any) -> tuple[Any, int, Any, Any]:
   """(name, size, spmd_name, explicit_mesh_axis) of the vmap a batching
   rule runs under: what ``jax.vmap`` takes to batch the same way (the name
@@ -287,6 +303,14 @@ def _has_params(fn: Callable[..., Any], *names: str) -> str | None:
   return f"has no parameter(s) {missing}" if missing else None
 
 
+def _check_trace_state_clean() -> str | None:
+  if trace_state_clean() is not True:
+    return "is not True outside any trace"
+  inside: list[bool] = []
+  jax.make_jaxpr(lambda: inside.append(trace_state_clean()))()
+  return None if inside == [False] else f"is {inside} inside make_jaxpr"
+
+
 def _check_dce_rule() -> str | None:
   n = len(_params(default_dce_rule))
   if n not in (2, 3):
@@ -338,6 +362,15 @@ def _check_while_lowering() -> str | None:
                      "body_nconsts")
 
 
+def _check_batch_jaxpr() -> str | None:
+  closed = jax.make_jaxpr(lambda c, x: (c * 2, x + 1))(1.0, 2.0)
+  axis_data = _jax_batching.AxisData("i", 3, None, None)
+  _, out_batched = batch_jaxpr(closed, axis_data, (True, False), False)
+  if list(out_batched) != [True, False]:
+    return f"finds outputs batched as {out_batched}, expected [True, False]"
+  return None
+
+
 def _check_axis_data() -> str | None:
   from jax._src.interpreters import batching
   axis_data = batching.AxisData("i", 3, None, None)
@@ -351,6 +384,7 @@ def _check_axis_data() -> str | None:
 TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
     ("dispatch.apply_primitive",
      lambda: _has_params(apply_primitive, "prim")),
+    ("core.trace_state_clean", _check_trace_state_clean),
     ("dispatch.JAXPR_TO_MLIR_MODULE_EVENT",
      lambda: None if LOWERING_EVENT == (
          "/jax/core/compile/jaxpr_to_mlir_module_duration")
@@ -384,6 +418,7 @@ TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
     ("batching.fancy_primitive_batchers[cond_p]", _check_cond_batcher),
     ("batching.fancy_primitive_batchers[while_p]", _check_while_batcher),
     ("mlir._lowerings[while_p].rule", _check_while_lowering),
+    ("batching.batch_jaxpr", _check_batch_jaxpr),
     ("batching.AxisData (name, size, spmd_name, explicit_mesh_axis)",
      _check_axis_data),
     ("sharding_impls.ShardingContext",

@@ -10,6 +10,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import jax
+import numpy as np
+
+from host_callback import _jax
 
 
 def as_array(x: Any) -> Any:
@@ -49,3 +52,18 @@ def rewrap_keys(originals: Sequence[Any], outs: Sequence[Any]) -> list[Any]:
 def any_tracer(leaves: Sequence[Any]) -> bool:
   """Whether we are staging (some leaf is a tracer)."""
   return any(isinstance(x, jax.core.Tracer) for x in leaves)
+
+
+def staging(leaves: Sequence[Any]) -> bool:
+  """Whether a callback on ``leaves`` is being staged into a program (run
+  by each execution of it) rather than called now: some leaf is a tracer,
+  or a trace in progress stages even constants (``jit``, ``scan``: a
+  ``jax.Array`` closed over is no tracer there, yet the callback must run
+  per execution, not once at trace time).  Eager ``vmap``/``grad`` of
+  constants evaluate them now, as JAX's callbacks do."""
+  if any_tracer(leaves):
+    return True
+  if _jax.trace_state_clean():  # the common eager case, cheaply
+    return False
+  # A value made now is a tracer exactly when the current trace stages.
+  return isinstance(jax.lax.full((), 0, np.int8), jax.core.Tracer)

@@ -166,9 +166,10 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
   # takes no token (XLA's partitioner of that callback refuses one), so it
   # is not ordered against the program's other callbacks, as in JAX.
   ordered = has_side_effect and not partitioned
+  if partitioned:  # no results: one annotation, for the op itself
+    ctx = ctx.replace(avals_out=())
   results, token, _ = _jax.emit_python_callback(
-      ctx.replace(avals_out=()) if partitioned else ctx, run_on_device,
-      hlo.create_token() if ordered else None,
+      ctx, run_on_device, hlo.create_token() if ordered else None,
       [*ordinal, *args], ctx.avals_in, () if partitioned else out_avals,
       has_side_effect=has_side_effect, returns_token=ordered or partitioned,
       partitioned=partitioned, sharding=_maximal(ctx, device_index))
@@ -180,7 +181,8 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
   # Results left on one device come back wrong when they leave the program
   # from a device other than the first (JAX's own callbacks too, in JAX
   # 0.10): replicate them, so every device holds the whole result.
-  results = [_jax.wrap_with_sharding_op(ctx, r, aval, _replicated(aval))
+  results = [_jax.wrap_with_sharding_op(ctx, r, aval,
+                                        _replicated(aval, ndevices))
              for r, aval in zip(results, out_avals)]
   if target == "hcb_tap" or not results:
     return results
@@ -191,10 +193,15 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
           callback_id=np.uint64(callback_id)).results
 
 
-def _replicated(aval: Any) -> Any:
+def _replicated(aval: Any, ndevices: int) -> Any:
+  """Replicated over the program's ``ndevices`` devices.  For Shardy, over
+  a mesh of them rather than the empty mesh: in a program that has no mesh
+  of its own (jit of one-device arguments inside ``jax.set_mesh``), JAX
+  0.12's partitioner turns a side-effecting callback's maximal result
+  constrained to the empty mesh into a replicated one, and refuses it."""
   if _jax.use_shardy_partitioner():
     return _jax.SdyArray(
-        mesh_shape=(), dim_shardings=tuple(
+        mesh_shape=(("hcb_devices", ndevices),), dim_shardings=tuple(
             _jax.SdyDim(axes=(), is_open=False)
             for _ in aval.shape))
   sharding = _jax.OpSharding()

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import importlib.util
 import logging
 import os
@@ -376,6 +377,8 @@ class _State:
     self.atexit_registered = False
     self.exiting = False
     self.probe_compiled = False  # _touch, on every device (_before_fork)
+    # The probes compiled so far, by their devices (_probe).
+    self.probes: dict[tuple[jax.Device, ...], _Probe] = {}
     self.forked = False  # in a child of os.fork (_after_fork_in_child)
     # (exception, formatted traceback, whether JAX's record of it was
     # logged) of the last failing callback.
@@ -772,9 +775,98 @@ def _release_loop() -> None:
     _hcb.wait_unused(10.0)
 
 
-@jax.jit
 def _touch(x: jax.Array) -> jax.Array:
   return x + 1
+
+
+class _Probe(NamedTuple):
+  """A probe computation (:func:`_wait_for_devices`) compiled for fixed
+  devices, and its operand, already on them."""
+
+  compiled: Any  # jax.stages.Compiled
+  operand: jax.Array
+
+
+def _pinned_settings() -> contextlib.ExitStack:
+  """JAX's settings as the runtime's own computations need them, whatever
+  the user set, also globally (``jax.config.update``): transfers allowed,
+  jit on, no mesh (a concrete, abstract or explicit-sharding one)."""
+  stack = contextlib.ExitStack()
+  stack.enter_context(jax.transfer_guard("allow"))
+  stack.enter_context(jax.disable_jit(False))
+  if _jax.trace_state_clean():  # jax.set_mesh refuses to run under a trace
+    stack.enter_context(jax.set_mesh(None))
+  return stack
+
+
+def _made_apart(make: Callable[[], Any]) -> Any:
+  """``make()``, run where none of the calling thread's JAX contexts apply:
+  the user's ``set_mesh``, ``default_device``, ``transfer_guard``,
+  ``enable_x64``, ``disable_jit``, a trace in progress, and any context
+  JAX adds later, are all thread-local; so it runs in a thread of its own,
+  with the settings that can also be global pinned.  Where Python starts
+  no more threads (late in interpreter shutdown), it runs in this thread
+  with those settings pinned."""
+  done: list[Any] = []
+  finished = threading.Event()
+
+  def run() -> None:
+    try:
+      with _pinned_settings():
+        done.append((True, make()))
+    except BaseException as e:  # pylint: disable=broad-except
+      done.append((False, e))
+    finally:
+      finished.set()
+
+  try:
+    threading.Thread(target=run, name="hcb-probe-compile").start()
+  except RuntimeError:  # "can't create new thread at interpreter shutdown"
+    run()
+  # Ctrl-C waits for the compilation, as it would in this thread (XLA's
+  # compiler does not return to Python before it is done): a thread left
+  # compiling while the interpreter exits aborts the process.  (An Event,
+  # not Thread.join: a join that Ctrl-C interrupts may no longer tell
+  # whether the thread is alive.)
+  interrupted: KeyboardInterrupt | None = None
+  while not finished.is_set():
+    try:
+      finished.wait()
+    except KeyboardInterrupt as e:
+      interrupted = e
+  if interrupted is not None:
+    raise interrupted
+  ok, value = done[0]
+  if not ok:
+    raise value
+  return value
+
+
+def _probe(devices: tuple[jax.Device, ...]) -> _Probe:
+  """The probe on ``devices`` (one device, or all of them: an array sharded
+  over them), compiled and placed once, apart from the user's contexts
+  (:func:`_made_apart`)."""
+  probe = _state.probes.get(devices)
+  if probe is None:
+    def make() -> _Probe:
+      if len(devices) == 1:
+        operand = jax.device_put(np.int32(0), devices[0])
+      else:
+        mesh = jax.sharding.Mesh(np.array(devices), ("d",))
+        operand = jax.device_put(
+            np.zeros(len(devices), np.int32),
+            jax.sharding.NamedSharding(mesh,
+                                       jax.sharding.PartitionSpec("d")))
+      return _Probe(jax.jit(_touch).lower(operand).compile(), operand)
+    probe = _state.probes.setdefault(devices, _made_apart(make))
+  return probe
+
+
+def _run_probes(probes: list[_Probe]) -> list[jax.Array]:
+  """Dispatches ``probes``.  A compiled program ignores the user's
+  contexts when called, except ``disable_jit``, which it refuses."""
+  with jax.disable_jit(False):
+    return [p.compiled(p.operand) for p in probes]
 
 
 def _refuse_inside_tap(what: str) -> None:
@@ -787,13 +879,10 @@ def _refuse_inside_tap(what: str) -> None:
 def _probes_on(devices: list[jax.Device]) -> list[jax.Array]:
   """One probe computation on each of ``devices`` and, with several, one
   over all of them."""
-  pending = [_touch(jax.device_put(np.int32(0), d)) for d in devices]
+  probes = [_probe((d,)) for d in devices]
   if len(devices) > 1:
-    mesh = jax.sharding.Mesh(np.array(devices), ("d",))
-    pending.append(_touch(jax.device_put(
-        np.zeros(len(devices), np.int32),
-        jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d")))))
-  return pending
+    probes.append(_probe(tuple(devices)))
+  return _run_probes(probes)
 
 
 def _dispatch_probes() -> list[jax.Array]:
@@ -805,7 +894,7 @@ def _dispatch_probes() -> list[jax.Array]:
   CUDA device has no computation of the child's)."""
   cpu = jax.local_devices(backend="cpu")
   if _state.forked:
-    return [_touch(jax.device_put(np.int32(0), d)) for d in cpu]
+    return _run_probes([_probe((d,)) for d in cpu])
   return _probes_on(cpu) + (_probes_on(_state.cuda_devices)
                             if _state.cuda_devices else [])
 
@@ -857,6 +946,11 @@ def _wait_for_devices() -> None:
   every record is queued; its probes are made as the CPU's are (one per
   device, one over all), which also covers a multi-device computation
   that PJRT has not yet launched on every device.
+
+  The probes are compiled once, apart from the user's JAX contexts
+  (:func:`_probe`), and called as compiled programs, which ignore them:
+  a barrier works inside ``jax.set_mesh``, ``jax.default_device``,
+  ``jax.transfer_guard``, ``jax.disable_jit``, whatever the caller set.
   """
   for out in _dispatch_probes():
     out.block_until_ready()  # interruptible: jaxlib checks for Ctrl-C
@@ -913,8 +1007,21 @@ def wait_before_eager_callback(device: jax.Device) -> None:
     return
   if device.platform == "cpu" or (device in _state.cuda_devices and
                                   not _state.forked):
-    _touch(jax.device_put(np.int32(0), device)).block_until_ready()
+    _run_probes([_probe((device,))])[0].block_until_ready()
   _hcb.barrier()
+
+
+def eager_callback_context() -> contextlib.ExitStack:
+  """The context in which JAX calls an eager debug callback, for ours:
+  the first CPU device as default device and no mesh, whatever the
+  caller's (``jax.set_mesh``, ``jax.default_device``).  The mesh is
+  left as it is under an eager ``vmap``/``grad`` (``jax.set_mesh``
+  refuses to run in a trace)."""
+  stack = contextlib.ExitStack()
+  stack.enter_context(jax.default_device(jax.local_devices(backend="cpu")[0]))
+  if _jax.trace_state_clean():
+    stack.enter_context(jax.set_mesh(None))
+  return stack
 
 
 def _on_effects_barrier() -> None:

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
+from jax import lax
 from jax.extend.core import JaxprEqn
 from jax.extend.core import Primitive
 from jax.extend.core import Var
@@ -89,6 +90,18 @@ def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
 
 def _tap_batching(args: Any, dims: Any, *, site: _runtime.TapSite,
                   ntapped: int, **params: Any) -> tuple[Any, Any]:
+  if getattr(site.func, "partitioned", False):
+    # jax.debug's partitioned callback (debug.py) is batched as JAX batches
+    # it: one tap per batch element, of that element's slices, so that
+    # under jit over sharded operands every device taps its shard of each
+    # element, as JAX's does (the batch itself is sharded differently).
+    # The taps' results are their operands: the batch goes on unchanged.
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    for i in range(size):
+      tap_p.bind(*[x if d is None else lax.index_in_dim(x, i, d, False)
+                   for x, d in zip(args, dims)],
+                 site=site, ntapped=ntapped, **params)
+    return args, dims
   batched = site._replace(transforms=site.transforms.add(
       "batch", {"batch_dims": tuple(dims[:ntapped])}))
   return tap_p.bind(*args, site=batched, ntapped=ntapped, **params), dims
@@ -121,7 +134,10 @@ def _tap_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any,
   forward pass and, unless the policy saves its outputs, again when the
   backward pass rematerialises (the order of the removed
   jax.experimental.host_callback); a tap on unknown values runs where they
-  are computed."""
+  are computed.  A ``DEBUG`` tap (host_callback.debug) that the policy
+  saves runs again in the backward pass all the same when all its inputs
+  are there (recomputed anyway), as jax.debug's callbacks do: as much
+  information as the rematerialisation gives, at no extra cost."""
   residuals = [v for v, inst in zip(eqn.invars, inst_in)
                if isinstance(v, Var) and not inst]
   n = len(eqn.outvars)
@@ -129,7 +145,8 @@ def _tap_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any,
     return None, eqn, [True] * n, [True] * n, residuals
   policy = _jax.ensure_enum(saveable(
       eqn.primitive, *[v.aval for v in eqn.invars], **eqn.params))
-  if isinstance(policy, _jax.SaveableType):
+  if isinstance(policy, _jax.SaveableType) and not (
+      eqn.params["flavor"] is CallbackFlavor.DEBUG and all(inst_in)):
     return eqn, None, [False] * n, [False] * n, []
   return eqn, eqn, [False] * n, [True] * n, residuals
 
@@ -253,7 +270,7 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
     res_leaves, res_treedef = [], None
 
   if (_config.INLINE and not native and
-      not _leaves.any_tracer(tapped + res_leaves)):
+      not _leaves.staging(tapped + res_leaves)):
     _tap_inline(site, tapped, device_index)
     return arg if result is None else result
 

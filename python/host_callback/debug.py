@@ -19,8 +19,11 @@ from the ``transforms`` the tap receives:
   ``jax.debug`` does; a tap that differentiation transposes (one on
   tangents, in a ``custom_jvp`` rule) calls nothing, as JAX's transpose
   rule of debug callbacks does nothing;
-- outside any trace (no tracer among the arguments) the function is called
-  at once, synchronously, as JAX's eager debug callbacks are, once the
+- outside any trace (not within ``jit``, ``scan``, ...: a constant
+  ``jax.Array`` closed over in a jitted function is printed by every
+  execution, not once at trace time) the function is called at once,
+  synchronously, as JAX's eager debug callbacks are, in JAX's context for
+  them (default device the first CPU device, no mesh), once the
   callbacks issued before it on its device have run (an eager ``vmap`` taps
   the batched values, then calls a function of unbatched ones eagerly: its
   text comes after theirs, as in JAX); it gets ``jax.Array``s on the CPU
@@ -62,7 +65,9 @@ Where JAX and host_callback differ (README.md):
 - ``partitioned=True``, as in JAX, matters under ``jit`` over sharded
   operands only: every device calls the function on its own shard (JAX's
   partitioned callback hands each device's shard to the runtime, in that
-  device's order); with ``False`` it gets the whole value, once.
+  device's order); with ``False`` it gets the whole value, once.  Under
+  ``vmap`` a partitioned callback is tapped per batch element, as JAX
+  batches it, so that each device gets its shard of each element.
 """
 
 from __future__ import annotations
@@ -300,13 +305,6 @@ def _call_eagerly(tap: _DebugTap, leaves: list[Any], device: Any) -> None:
     raise
 
 
-def _tracing() -> bool:
-  """Whether a trace (``jit``, ...) is in progress: a value made here is a
-  tracer then (for a callback without array arguments, which has no
-  tracer to tell)."""
-  return isinstance(jax.lax.full((), 0, np.int8), jax.core.Tracer)
-
-
 def _issue(func: Callable[..., Any], args: tuple[Any, ...],
            kwargs: dict[str, Any], *, with_device: bool = False,
            partitioned: bool = False) -> None:
@@ -322,13 +320,14 @@ def _issue(func: Callable[..., Any], args: tuple[Any, ...],
                     for x in leaves)
   tap = _DebugTap(func, in_tree, static, with_device, layout, partitioned,
                   key_impls if any(key_impls) else ())
-  if not (_leaves.any_tracer(leaves) if leaves else _tracing()):
+  if not _leaves.staging(leaves):
     # Eagerly, as JAX: at once, in this thread, after the callbacks
     # issued before (program order).
     device = next((d for x in leaves for d in x.devices()),
                   jax.local_devices()[0])
     _runtime.wait_before_eager_callback(device)
-    _call_eagerly(tap, leaves, device if with_device else None)
+    with _runtime.eager_callback_context():
+      _call_eagerly(tap, leaves, device if with_device else None)
     return
   if layout is not None:
     leaves = [leaves[j] for j in layout.order]

@@ -319,6 +319,27 @@ def test_callback_under_grad_of_checkpoint_runs_again_in_the_remat():
   assert len(assert_same_calls(run)) == 2
 
 
+@pytest.mark.parametrize("unsaved, times", [((), 1), (("y",), 1),
+                                            (("y", "z"), 2)])
+def test_callback_under_a_remat_policy_runs_again_as_jaxs(unsaved, times):
+  """A policy that saves the callback: it runs again in the backward pass
+  only when all its inputs are recomputed there anyway."""
+  from jax.ad_checkpoint import checkpoint_name
+
+  def policy(prim, *_, **params):
+    return not (prim.name == "name" and params["name"] in unsaved)
+
+  def run(mod, cb):
+    def g(x):
+      y = checkpoint_name(x + 1., "y")
+      z = checkpoint_name(y * 2., "z")
+      mod.callback(cb, y, z)
+      return jnp.exp(z)
+    jax.grad(jax.checkpoint(g, policy=policy))(2.)
+
+  assert len(assert_same_calls(run)) == times
+
+
 def test_print_in_scan_cond_and_while_loop(capsys):
   def run(mod):
     # Ordered: XLA may run JAX's unordered callbacks of one program in any
