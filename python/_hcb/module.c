@@ -426,11 +426,11 @@ hcb_cuda_pool_stats_fn(PyObject *module, PyObject *arg)
         return hcb_py_raise(&err);
     {
         static const char *const keys[] = {
-            "capacity", "used_bytes", "in_flight_bytes", "kept_bytes", "waits",
-            "refusals", "syncs"};
+            "capacity", "used_bytes", "in_flight_bytes", "kept_bytes",
+            "waits",    "refusals",   "syncs",           "pin_failures"};
         const uint64_t values[] = {
-            s.capacity, s.used_bytes, s.in_flight_bytes, s.kept_bytes, s.waits,
-            s.refusals, s.syncs};
+            s.capacity, s.used_bytes, s.in_flight_bytes, s.kept_bytes,
+            s.waits,    s.refusals,   s.syncs,           s.pin_failures};
 
         return dict_of_u64(keys, values, sizeof values / sizeof values[0]);
     }
