@@ -12,7 +12,9 @@ BUDGET_S seconds.  One summary line per check, as each ends, then a total;
 every check's output goes to a log in the output folder, with the
 benchmark's RESULTS-gpu.md (also copied to bench/results/) and
 summary.txt: the folder to bring back.  Exit status 0 when no check
-failed.
+failed; a check the budget left no time for is a failure (the summary
+names those), since a GPU run that did not run everything proves nothing
+about the rest.
 
 Without a GPU it stops after the first check, saying so.  With
 ``HCB_GPU_DRY_RUN=1`` it runs everything it can on a second CPU device
@@ -61,11 +63,12 @@ class Check:
 class Runner:
   """Runs commands with logs in ``out`` and a deadline for all of them."""
 
-  def __init__(self, python: str, out: pathlib.Path) -> None:
+  def __init__(self, python: str, out: pathlib.Path,
+               budget_s: float = BUDGET_S) -> None:
     # a path relative to here, or a name looked up on PATH
     self.python = os.path.abspath(python) if os.sep in python else python
     self.out = out
-    self.deadline = time.monotonic() + BUDGET_S
+    self.deadline = time.monotonic() + budget_s
     self.env = dict(os.environ)
     # Several processes share the GPU (the suite starts its own): none
     # may take most of its memory up front, as JAX does by default.
@@ -244,23 +247,29 @@ def main() -> int:
                       help="the Python with JAX's CUDA plugin (GPU_PY)")
   parser.add_argument("--out", default=str(REPO / "build" / "gpu-check"),
                       help="the folder of the logs, summary and results")
+  parser.add_argument("--budget", type=float, default=BUDGET_S,
+                      help="seconds for everything (default %(default).0f)")
   args = parser.parse_args()
   out = pathlib.Path(args.out).resolve()
   if out.exists():
     shutil.rmtree(out)
   out.mkdir(parents=True)
-  runner = Runner(args.python, out)
+  runner = Runner(args.python, out, args.budget)
   lines = [f"gpu-check{' (HCB_GPU_DRY_RUN=1)' if DRY_RUN else ''}: "
-           f"{args.python}, budget {BUDGET_S:.0f} s, logs in {out}"]
+           f"{args.python}, budget {args.budget:.0f} s, logs in {out}"]
   print(lines[0], flush=True)
   counts = {"PASS": 0, "FAIL": 0, "SKIP": 0}
   stop = None
+  out_of_time: list[str] = []
   for check in checks():
     start = time.monotonic()
     if stop is not None:
       result = Result("SKIP", f"not run: {stop}")
     elif runner.remaining() < 10:
-      result = Result("SKIP", f"not run: the {BUDGET_S:.0f} s budget is spent")
+      # a failure: what it checks is unchecked
+      out_of_time.append(check.name)
+      result = Result("FAIL", f"not run: the {args.budget:.0f} s budget is "
+                      "spent")
     else:
       result = check.run(runner, min(check.timeout_s, runner.remaining()))
     result.seconds = time.monotonic() - start
@@ -269,11 +278,14 @@ def main() -> int:
             f"{result.detail}")
     lines.append(line)
     print(line, flush=True)
-    if check.name in ("gpu", "build") and result.status == "FAIL":
+    if (check.name in ("gpu", "build") and result.status == "FAIL" and
+        check.name not in out_of_time):
       stop = f"{check.name} failed"
-  total = BUDGET_S - runner.remaining()
+  total = args.budget - runner.remaining()
   lines.append(f"gpu-check: {counts['PASS']} passed, {counts['FAIL']} failed, "
-               f"{counts['SKIP']} skipped in {total:.0f} s")
+               f"{counts['SKIP']} skipped in {total:.0f} s" +
+               (f"; not run, out of time: {', '.join(out_of_time)}"
+                if out_of_time else ""))
   print(lines[-1], flush=True)
   (out / "summary.txt").write_text("\n".join(lines) + "\n")
   return 1 if counts["FAIL"] else 0

@@ -841,12 +841,18 @@ HCB_API void *hcb_call_stream(void);
 
 /* Makes the work enqueued on CUDA stream `waiter` from now on wait for the
  * work enqueued on `stream` so far, without waiting on the host (an event
- * recorded on `stream`, waited for on `waiter`).  Streams are cudaStream_t
- * values; (void *)1 and (void *)2 are CUDA's legacy and per-thread default
- * streams.  Nothing to do when they are the same.  Any thread, but not a
- * CUDA host function (which must not call CUDA).  HCB_ENOTFOUND without a
- * CUDA runtime; HCB_ESYSTEM, with CUDA's message, when CUDA fails. */
-HCB_API int hcb_cuda_stream_wait(void *waiter, void *stream, hcb_error *err);
+ * recorded on `stream`, waited for on `waiter`).  `stream` is a stream of
+ * CUDA device `ordinal` (in a buffer call: the `device`'s ordinal the
+ * target was given); `waiter` may be of any device.  Streams are
+ * cudaStream_t values; (void *)1 and (void *)2 are CUDA's legacy and
+ * per-thread default streams of device `ordinal`.  The calling thread's
+ * current device is switched to `ordinal` for the call and back after, so
+ * a caller that switched devices needs no care.  Nothing to do when the
+ * streams are the same.  Any thread, but not a CUDA host function (which
+ * must not call CUDA).  HCB_ENOTFOUND without a CUDA runtime; HCB_ESYSTEM,
+ * with CUDA's message, when CUDA fails. */
+HCB_API int hcb_cuda_stream_wait(int32_t ordinal, void *waiter, void *stream,
+                                 hcb_error *err);
 
 /* What the pinned pool of one CUDA device has done (each device has its
  * own, of hcb_cuda_set_pinned_bytes bytes, taken at its first GPU
@@ -856,7 +862,10 @@ HCB_API int hcb_cuda_stream_wait(void *waiter, void *stream, hcb_error *err);
  * saved), which the pool works around.  `waits` counts takes that waited
  * for room (the device's back-pressure), `refusals` takes that found none
  * and could not wait, and `syncs` taps and calls that waited for the
- * stream because of that. */
+ * stream because of that.  `pin_failures` counts the times the pool could
+ * not be pinned (cudaHostAlloc refused, as under a memory-lock limit):
+ * then every take is refused, the device's taps and calls copy through
+ * ordinary memory (each a sync), until the pool's size is set again. */
 typedef struct hcb_cuda_pool_stats {
     size_t struct_size;
     uint64_t capacity; /* pinned bytes; 0 until pinned */
@@ -866,11 +875,12 @@ typedef struct hcb_cuda_pool_stats {
     uint64_t waits;
     uint64_t refusals;
     uint64_t syncs;
+    uint64_t pin_failures;
 } hcb_cuda_pool_stats;
 
 #define HCB_CUDA_POOL_STATS_INIT                                               \
     {                                                                          \
-        sizeof(hcb_cuda_pool_stats), 0, 0, 0, 0, 0, 0, 0                       \
+        sizeof(hcb_cuda_pool_stats), 0, 0, 0, 0, 0, 0, 0, 0                    \
     }
 
 /* Fills `stats` (its struct_size set by the caller) for CUDA device

@@ -438,18 +438,24 @@ typedef struct hcb_stats {
     uint64_t bytes_in;    /* their sizes */
     uint64_t records_out; /* records consumed (tap function returned) */
     uint64_t bytes_out;
-    uint64_t queued_records; /* submitted, not yet consumed */
-    uint64_t queued_bytes;
-    uint64_t high_water_bytes; /* max queued_bytes seen (max over devices) */
+    uint64_t queued_records;   /* submitted, not yet consumed */
+    uint64_t queued_bytes;     /* their sizes */
+    uint64_t high_water_bytes; /* the most bytes held under the bound:
+                                  queued and reserved (max over devices) */
     uint64_t producer_waits;   /* submits that had to wait for space */
     uint64_t producer_wait_ns; /* total time they waited */
     uint64_t errors;           /* tap functions that failed, unknown ids */
     uint64_t devices;          /* devices with a queue */
+    /* Room taken in the queue for records on their way, not yet submitted
+     * (a GPU tap whose copy has not landed): not in queued_* nor in
+     * records_in/bytes_in until submitted. */
+    uint64_t reserved_records;
+    uint64_t reserved_bytes;
 } hcb_stats;
 
 #define HCB_STATS_INIT                                                         \
     {                                                                          \
-        sizeof(hcb_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0                     \
+        sizeof(hcb_stats), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0               \
     }
 
 /* Fills `stats` (its struct_size set by the caller).  HCB_ENOTFOUND for a

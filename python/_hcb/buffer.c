@@ -520,7 +520,9 @@ hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
                    hcb_error *err)
 {
     hcb_py_buffer_target *t = user;
-    hcb_py_call_streams streams = {hcb_call_stream(), 0, {NULL}};
+    hcb_py_call_streams streams = {hcb_call_stream(),
+                                   HCB_DEVICE_ORDINAL(device),
+                                   PyThread_get_thread_ident(), false, false};
     hcb_error join_err;
     int joined;
     PyGILState_STATE gil;

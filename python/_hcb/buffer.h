@@ -14,20 +14,20 @@
 
 #include "hcbpy.h"
 
-/* Distinct consumer streams one buffer call can order (see below). */
-#define HCB_PY_CALL_STREAMS 8
-
-/* The CUDA streams of one buffer call: XLA's, and those of the consumers
- * its Buffers were exported to (__dlpack__(stream=...)).  Each consumer's
- * stream is made to wait for XLA's at the export, and XLA's waits for each
- * of them when the callback returns (buffer_cuda.c): the consumer reads
- * the inputs after XLA wrote them, and XLA reads the results after the
- * consumer wrote them.  Lives on the C stack of hcb_py_buffer_call; its
- * Buffers point at it only while the call runs. */
+/* The CUDA streams of one buffer call: XLA's, and which of CUDA's default
+ * streams its Buffers were exported to (__dlpack__(stream=1 or 2), or the
+ * CUDA Array Interface: the legacy one).  Every consumer's stream is made
+ * to wait for XLA's at the export; XLA's waits for those default streams
+ * when the callback returns (buffer_cuda.c): the consumer reads the inputs
+ * after XLA wrote them, and XLA reads the results after the consumer wrote
+ * them there.  Any other stream may be gone by then: the callback orders
+ * its work there itself (buffer_cuda.c says why).  Lives on the C stack of
+ * hcb_py_buffer_call; its Buffers point at it only while the call runs. */
 typedef struct hcb_py_call_streams {
-    void *xla; /* XLA's stream; NULL: none (a CPU call, or no call) */
-    size_t n;
-    void *consumers[HCB_PY_CALL_STREAMS];
+    void *xla;       /* XLA's stream; NULL: none (a CPU call, or no call) */
+    int32_t ordinal; /* the call's CUDA device, whose stream `xla` is */
+    unsigned long thread; /* the callback's (PyThread_get_thread_ident) */
+    bool join_legacy, join_per_thread;
 } hcb_py_call_streams;
 
 typedef struct hcb_py_buffer {
@@ -73,11 +73,12 @@ PyObject *hcb_py_buffer_refuse_host(const hcb_py_buffer *b, PyObject *exc,
 PyObject *hcb_py_buffer_cuda_interface(PyObject *self, void *closure);
 /* The `stream` argument of __dlpack__ on a GPU Buffer, by the DLPack
  * rules: checks it, and during the call makes the consumer's stream wait
- * for XLA's (remembered in b->streams for hcb_py_call_streams_join).  0,
- * or -1 with an exception set. */
+ * for XLA's (a default stream is remembered in b->streams for
+ * hcb_py_call_streams_join).  0, or -1 with an exception set. */
 int hcb_py_buffer_dl_stream(hcb_py_buffer *b, PyObject *stream);
-/* When the callback has returned: XLA's stream waits for every consumer
- * stream of the call.  HCB_OK, or an error in `err`. */
+/* When the callback has returned: XLA's stream waits for the default
+ * streams the call's Buffers were exported to.  HCB_OK, or an error in
+ * `err`. */
 int hcb_py_call_streams_join(hcb_py_call_streams *s, hcb_error *err);
 
 #endif /* HCB_PY_BUFFER_H */

@@ -17,10 +17,22 @@
  *     (None or 1: CUDA's legacy default stream; 2: the per-thread default
  *     stream; above 2: a cudaStream_t; -1: the consumer orders it itself;
  *     0 is refused as ambiguous).  The consumer's stream is made to wait
- *     for XLA's with an event (hcb_cuda_stream_wait: no host wait), and
- *     when the callback returns XLA's stream waits for the consumer's in
- *     the same way, so that the results it wrote there are complete before
- *     XLA reads them (hcb_py_call_streams_join);
+ *     for XLA's with an event (hcb_cuda_stream_wait: no host wait).  When
+ *     the callback returns, XLA's stream waits in the same way for the
+ *     default streams (1, 2) it was exported to, so that results written
+ *     there are complete before XLA reads them (hcb_py_call_streams_join).
+ *     Not for a stream above 2: the standard leaves the stream the
+ *     consumer's ("the ownership of the stream stays with the consumer"),
+ *     for the producer to use during __dlpack__ only, and by the time the
+ *     callback returns it may be gone (a `cupy.cuda.Stream()` local to the
+ *     callback is destroyed with it; recording an event there would use a
+ *     freed handle).  The default streams live as long as the device's
+ *     context (the per-thread one, as long as its thread: the join runs
+ *     on the callback's thread, so stream=2 from another thread is
+ *     refused).  A callback that writes results on a stream of its own
+ *     orders that work itself before it returns (synchronises the stream,
+ *     or makes ctx.stream wait for it), as with JAX's Buffer, which orders
+ *     no stream at all;
  *   - __cuda_array_interface__ (version 3) names XLA's stream in "stream",
  *     as the interface asks of a producer whose data is not yet ready: a
  *     consumer (CuPy, Numba) then synchronises with it (by default on the
@@ -31,6 +43,12 @@
  *     when the callback returns.  Results written through the interface on
  *     any other stream are not ordered before XLA's readers: write them on
  *     ctx.stream, or through __dlpack__.
+ *
+ * The default streams named 1 and 2 are those of the Buffer's device (the
+ * device a DLPack consumer asks __dlpack_device__ for and passes a stream
+ * of), whatever device the callback has made current: every event call is
+ * made on the call's device (hcb_cuda_stream_wait switches to it and
+ * back).
  *
  * Sub-byte types (int4, ...) are refused on GPU (buffer.c): their staging
  * unpacks on the host.  Outside a call (a Buffer made by _test_view)
@@ -67,27 +85,15 @@ hcb_py_buffer_refuse_host(const hcb_py_buffer *b, PyObject *exc,
     return NULL;
 }
 
-/* Adds `consumer` to the streams XLA's waits for at the end of the call,
- * once.  -1 with BufferError when there are too many (`what` says who
- * asked). */
-static int
-remember(hcb_py_call_streams *streams, void *consumer, const char *what)
+/* Notes that XLA's stream waits for `consumer` when the callback returns,
+ * if it is a default stream (the file's comment says why only those). */
+static void
+remember(hcb_py_call_streams *streams, void *consumer)
 {
-    size_t i;
-
-    for (i = 0; i < streams->n; i++)
-        if (streams->consumers[i] == consumer)
-            return 0;
-    if (streams->n == HCB_PY_CALL_STREAMS) {
-        PyErr_Format(PyExc_BufferError,
-                     "%s: a buffer_callback orders at most %d streams of its "
-                     "consumers with XLA's; use ctx.stream (XLA's own) or "
-                     "one of those",
-                     what, HCB_PY_CALL_STREAMS);
-        return -1;
-    }
-    streams->consumers[streams->n++] = consumer;
-    return 0;
+    if (consumer == (void *)(uintptr_t)LEGACY_DEFAULT_STREAM)
+        streams->join_legacy = true;
+    else if (consumer == (void *)(uintptr_t)PER_THREAD_DEFAULT_STREAM)
+        streams->join_per_thread = true;
 }
 
 /* XLA's stream of the Buffer's call, or NULL (none: outside a call). */
@@ -119,10 +125,8 @@ hcb_py_buffer_cuda_interface(PyObject *self, void *closure)
     }
     if (hcb_py_buffer_check_valid(b) < 0)
         return NULL;
-    if (xla != NULL &&
-        remember(b->streams, (void *)(uintptr_t)LEGACY_DEFAULT_STREAM,
-                 "__cuda_array_interface__") < 0)
-        return NULL;
+    if (xla != NULL)
+        remember(b->streams, (void *)(uintptr_t)LEGACY_DEFAULT_STREAM);
     shape = hcb_py_buffer_shape(self, NULL);
     typestr = PyObject_GetAttrString((PyObject *)b->descr, "str");
     stream = xla != NULL ? PyLong_FromVoidPtr(xla) : Py_NewRef(Py_None);
@@ -195,26 +199,41 @@ hcb_py_buffer_dl_stream(hcb_py_buffer *b, PyObject *stream)
     if (consumer == NULL || streams == NULL || streams->xla == NULL ||
         consumer == streams->xla)
         return 0; /* nothing to order, or already in order */
-    if (remember(streams, consumer, "__dlpack__") < 0)
+    if (consumer == (void *)(uintptr_t)PER_THREAD_DEFAULT_STREAM &&
+        PyThread_get_thread_ident() != streams->thread) {
+        PyErr_SetString(PyExc_BufferError,
+                        "__dlpack__(stream=2) from a thread other than the "
+                        "buffer_callback's: XLA's stream cannot wait for "
+                        "that thread's per-thread default stream when the "
+                        "callback returns; call it on the callback's "
+                        "thread, use ctx.stream, or pass a stream handle "
+                        "and finish the work there before the callback "
+                        "returns");
         return -1;
-    if (hcb_cuda_stream_wait(consumer, streams->xla, &err) != HCB_OK) {
+    }
+    if (hcb_cuda_stream_wait(streams->ordinal, consumer, streams->xla, &err) !=
+        HCB_OK) {
         PyErr_Format(PyExc_BufferError,
                      "__dlpack__(stream=%R): cannot order the consumer's "
                      "stream after XLA's: %s",
                      stream, err.message);
         return -1;
     }
+    remember(streams, consumer);
     return 0;
 }
 
 int
 hcb_py_call_streams_join(hcb_py_call_streams *s, hcb_error *err)
 {
-    size_t i;
-    int rc;
+    int rc = HCB_OK;
 
-    for (i = 0; i < s->n; i++)
-        if ((rc = hcb_cuda_stream_wait(s->xla, s->consumers[i], err)) != HCB_OK)
-            return rc;
-    return HCB_OK;
+    if (s->join_legacy)
+        rc = hcb_cuda_stream_wait(
+            s->ordinal, s->xla, (void *)(uintptr_t)LEGACY_DEFAULT_STREAM, err);
+    if (rc == HCB_OK && s->join_per_thread)
+        rc = hcb_cuda_stream_wait(s->ordinal, s->xla,
+                                  (void *)(uintptr_t)PER_THREAD_DEFAULT_STREAM,
+                                  err);
+    return rc;
 }

@@ -392,16 +392,16 @@ hcb_stats_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (hcb_runtime_stats(state_of(module)->rt, dev, &s, &err) != HCB_OK)
         return hcb_py_raise(&err);
     {
-        static const char *const keys[] = {"records_in",       "bytes_in",
-                                           "records_out",      "bytes_out",
-                                           "queued_records",   "queued_bytes",
-                                           "high_water_bytes", "producer_waits",
-                                           "producer_wait_ns", "errors"};
-        const uint64_t values[] = {s.records_in,       s.bytes_in,
-                                   s.records_out,      s.bytes_out,
-                                   s.queued_records,   s.queued_bytes,
-                                   s.high_water_bytes, s.producer_waits,
-                                   s.producer_wait_ns, s.errors};
+        static const char *const keys[] = {
+            "records_in",       "bytes_in",         "records_out",
+            "bytes_out",        "queued_records",   "queued_bytes",
+            "reserved_records", "reserved_bytes",   "high_water_bytes",
+            "producer_waits",   "producer_wait_ns", "errors"};
+        const uint64_t values[] = {
+            s.records_in,       s.bytes_in,         s.records_out,
+            s.bytes_out,        s.queued_records,   s.queued_bytes,
+            s.reserved_records, s.reserved_bytes,   s.high_water_bytes,
+            s.producer_waits,   s.producer_wait_ns, s.errors};
 
         return dict_of_u64(keys, values, sizeof values / sizeof values[0]);
     }
@@ -426,11 +426,11 @@ hcb_cuda_pool_stats_fn(PyObject *module, PyObject *arg)
         return hcb_py_raise(&err);
     {
         static const char *const keys[] = {
-            "capacity", "used_bytes", "in_flight_bytes", "kept_bytes", "waits",
-            "refusals", "syncs"};
+            "capacity", "used_bytes", "in_flight_bytes", "kept_bytes",
+            "waits",    "refusals",   "syncs",           "pin_failures"};
         const uint64_t values[] = {
-            s.capacity, s.used_bytes, s.in_flight_bytes, s.kept_bytes, s.waits,
-            s.refusals, s.syncs};
+            s.capacity, s.used_bytes, s.in_flight_bytes, s.kept_bytes,
+            s.waits,    s.refusals,   s.syncs,           s.pin_failures};
 
         return dict_of_u64(keys, values, sizeof values / sizeof values[0]);
     }

@@ -225,7 +225,11 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
   and host access (``numpy.asarray``, ``memoryview``) raises.  The
   callback runs while XLA enqueues the computation, not after the device
   reached it: do the work on ``ctx.stream`` (``with
-  cupy.cuda.ExternalStream(ctx.stream):``), never on another stream.
+  cupy.cuda.ExternalStream(ctx.stream):``), or on the default stream a
+  DLPack consumer passes to ``__dlpack__`` (ordered after XLA's, and XLA's
+  after it when the callback returns).  Results written on a stream the
+  callback made itself must be finished there (``stream.synchronize()``)
+  before it returns: that stream may be gone when XLA reads them.
   Sub-byte types (``int4``, ...) are refused on GPU.
 
   Args:

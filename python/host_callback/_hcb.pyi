@@ -230,8 +230,8 @@ def cuda_set_pinned_bytes(n: int, /) -> None:
 
 def cuda_pool_stats(ordinal: int, /) -> dict[str, int] | None:
   """What the pinned pool of CUDA device ``ordinal`` has done (capacity,
-  used_bytes, in_flight_bytes, kept_bytes, waits, refusals, syncs), or None
-  when it has none (no GPU callback ran there)."""
+  used_bytes, in_flight_bytes, kept_bytes, waits, refusals, syncs,
+  pin_failures), or None when it has none (no GPU callback ran there)."""
 
 def call_stream() -> int:
   """In a call target that the CUDA handler ``hcb_buffer_call`` runs: XLA's

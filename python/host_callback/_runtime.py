@@ -1101,19 +1101,33 @@ def stop_outfeed_receiver() -> None:
 
 
 def stats() -> dict[str, Any]:
-  """Counters of the runtime: totals, and one entry per device that has
-  had a tap (keyed by ``str(jax.Device)``).
+  """Counters of the runtime: the totals over every device, and under
+  ``devices`` one entry per device that has had a tap (keyed by
+  ``str(jax.Device)``), each with these keys:
 
-  Keys: ``records_in``/``bytes_in`` (taps issued, bytes copied),
-  ``records_out``/``bytes_out`` (taps delivered), ``queued_records``/
-  ``queued_bytes``, ``high_water_bytes``, ``producer_waits`` and
-  ``producer_wait_ns`` (how often and how long devices waited on a full
-  queue), ``errors`` (failed tap functions).  A GPU's entry also has
-  ``pinned_pool``, what its pool of pinned host memory has done:
-  ``capacity``, ``used_bytes``, ``in_flight_bytes`` (records on their way,
-  calls' staging), ``kept_bytes`` (records a tap function kept),
-  ``waits`` (the device waited for room), ``refusals`` and ``syncs`` (a
-  tap or call waited for the stream because the pool could not serve it).
+  - ``records_in``/``bytes_in``: taps submitted to the device's queue (on a
+    GPU, once their copy has landed on the host), and their bytes;
+  - ``records_out``/``bytes_out``: taps delivered (their tap function
+    returned);
+  - ``queued_records``/``queued_bytes``: submitted and not yet delivered
+    (both count the same records);
+  - ``reserved_records``/``reserved_bytes``: GPU taps on their way, whose
+    room in the queue is taken but whose copy has not landed yet (in no
+    other key until they are submitted);
+  - ``high_water_bytes``: the most bytes the queue has held under its
+    bound, queued and reserved together;
+  - ``producer_waits``/``producer_wait_ns``: how often and how long devices
+    waited for room in a full queue;
+  - ``errors``: failed tap functions and records for unknown ids.
+
+  A GPU's entry also has ``pinned_pool``, what its pool of pinned host
+  memory has done: ``capacity``, ``used_bytes``, ``in_flight_bytes``
+  (records on their way, calls' staging), ``kept_bytes`` (records a tap
+  function kept), ``waits`` (the device waited for room), ``refusals`` and
+  ``syncs`` (a tap or call waited for the stream because the pool could
+  not serve it), ``pin_failures`` (the pool could not be pinned: its taps
+  and calls then copy through ordinary memory, each a sync).  The totals
+  also have ``max_queue_bytes``, the queue's bound.
   """
   result: dict[str, Any] = dict(_hcb.stats())
   per_device: dict[str, Any] = {}

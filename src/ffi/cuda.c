@@ -45,6 +45,8 @@ bind(void *lib, const char *where, hcb_error *err)
         {"cudaEventRecord", offsetof(hcb__cuda, event_record)},
         {"cudaStreamWaitEvent", offsetof(hcb__cuda, stream_wait_event)},
         {"cudaEventDestroy", offsetof(hcb__cuda, event_destroy)},
+        {"cudaGetDevice", offsetof(hcb__cuda, get_device)},
+        {"cudaSetDevice", offsetof(hcb__cuda, set_device)},
     };
     hcb__cuda table;
     size_t i;
@@ -141,27 +143,62 @@ hcb__cuda_fail(const hcb__cuda *api, int status, const char *what,
                          msg != NULL ? msg : "unknown error", status);
 }
 
+/* Makes the calling thread's current device `ordinal` (when it is not),
+ * saying in *previous which it was (-1: unchanged). */
+static int
+switch_device(const hcb__cuda *api, int ordinal, int *previous, hcb_error *err)
+{
+    char what[64];
+    int current = -1, status;
+
+    *previous = -1;
+    if ((status = api->get_device(&current)) != 0)
+        return hcb__cuda_fail(api, status, "reading the thread's CUDA device",
+                              err);
+    if (current == ordinal)
+        return HCB_OK;
+    if ((status = api->set_device(ordinal)) != 0) {
+        snprintf(what, sizeof what, "switching to CUDA device %d", ordinal);
+        return hcb__cuda_fail(api, status, what, err);
+    }
+    *previous = current;
+    return HCB_OK;
+}
+
 int
-hcb_cuda_stream_wait(void *waiter, void *stream, hcb_error *err)
+hcb_cuda_stream_wait(int32_t ordinal, void *waiter, void *stream,
+                     hcb_error *err)
 {
     const hcb__cuda *api;
     void *event = NULL;
-    int status;
+    int previous, rc, status;
 
     if (waiter == stream)
         return HCB_OK; /* a stream is in order with itself */
     if ((api = hcb__cuda_get(err)) == NULL)
         return HCB_ENOTFOUND; /* `err` may be NULL: no err->code */
+    /* The event must be made on the device of the stream it is recorded
+     * on, and the default streams (1, 2) are the current device's: the
+     * thread's device may be another (a callback switched it), so it is
+     * switched for these calls and given back after. */
+    if ((rc = switch_device(api, ordinal, &previous, err)) != HCB_OK)
+        return rc;
     if ((status = api->event_create(&event, HCB__CUDA_EVENT_DISABLE_TIMING)) !=
-        0)
-        return hcb__cuda_fail(api, status, "creating a CUDA event", err);
-    /* the wait holds what it needs of the event: destroying it right after
-     * is allowed, and CUDA frees it once the wait is done with it */
-    if ((status = api->event_record(event, stream)) == 0)
-        status = api->stream_wait_event(waiter, event, 0);
-    (void)api->event_destroy(event);
-    if (status != 0)
-        return hcb__cuda_fail(api, status,
-                              "making one CUDA stream wait for another", err);
-    return HCB_OK;
+        0) {
+        rc = hcb__cuda_fail(api, status, "creating a CUDA event", err);
+    } else {
+        /* the wait holds what it needs of the event: destroying it right
+         * after is allowed, and CUDA frees it once the wait is done */
+        if ((status = api->event_record(event, stream)) == 0)
+            status = api->stream_wait_event(waiter, event, 0);
+        (void)api->event_destroy(event);
+        if (status != 0)
+            rc = hcb__cuda_fail(api, status,
+                                "making one CUDA stream wait for another", err);
+    }
+    if (previous >= 0 && (status = api->set_device(previous)) != 0 &&
+        rc == HCB_OK)
+        rc = hcb__cuda_fail(
+            api, status, "switching the thread back to its CUDA device", err);
+    return rc;
 }

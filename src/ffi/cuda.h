@@ -42,6 +42,11 @@ typedef struct hcb__cuda {
     int (*event_record)(void *event, void *stream);
     int (*stream_wait_event)(void *stream, void *event, unsigned flags);
     int (*event_destroy)(void *event);
+    /* cudaGetDevice, cudaSetDevice: the calling thread's current device,
+     * the one an event is made on and the default streams (1 and 2) are
+     * of; hcb_cuda_stream_wait switches to the streams' device and back */
+    int (*get_device)(int *device);
+    int (*set_device)(int device);
 } hcb__cuda;
 
 /* The table in use: the stand-in a test installed, else libcudart's,
@@ -72,13 +77,15 @@ int hcb__cuda_fail(const hcb__cuda *api, int status, const char *what,
 /* `n` bytes of pinned memory of device `ordinal`'s pool, aligned to 64.
  * With `may_wait`, waits while the pool has no room and something taken
  * from it is still on its way (a copy in flight, a record not yet
- * delivered): that is the device's back-pressure.  NULL with HCB_OK in
- * `err->code` when waiting cannot help or is not allowed: `n` is over half
- * the pool, what holds the pool is all kept by users, or `may_wait` is
- * false; the caller then stages through smaller blocks, or uses memory of
- * its own.  NULL with an error when the pool cannot be made. */
-void *hcb__pinned_take(const hcb__cuda *api, int ordinal, size_t n,
-                       bool may_wait, hcb_error *err);
+ * delivered): that is the device's back-pressure; after STALL_WARN_NS of
+ * it, `rt`'s warning thread says so (NULL `rt`: no warning).  NULL with
+ * HCB_OK in `err->code` when waiting cannot help or is not allowed: `n` is
+ * over half the pool, what holds the pool is all kept by users, the pool
+ * could not be pinned (`rt` warns once), or `may_wait` is false; the
+ * caller then stages through smaller blocks, or uses memory of its own.
+ * NULL with an error when the pool cannot be made. */
+void *hcb__pinned_take(const hcb__cuda *api, hcb_runtime *rt, int ordinal,
+                       size_t n, bool may_wait, hcb_error *err);
 
 /* The pool's size, 0 before the device's first use. */
 size_t hcb__pinned_capacity(int ordinal);
@@ -103,7 +110,7 @@ void hcb__pinned_note_sync(int ordinal);
 int hcb__pinned_configure(size_t bytes);
 typedef struct hcb__pinned_stats {
     size_t capacity, used, blocks, on_the_way, on_the_way_bytes, free_blocks;
-    uint64_t waits, refusals, syncs;
+    uint64_t waits, refusals, syncs, pin_failures;
 } hcb__pinned_stats;
 bool hcb__pinned_get_stats(int ordinal, hcb__pinned_stats *out);
 

@@ -34,16 +34,32 @@
  * wait (a consumer thread: the blocks on their way may be its own to
  * deliver), it gets NULL and uses memory of its own (platform_cuda.c).
  *
+ * A taker that has waited STALL_WARN_NS has the runtime's warning thread
+ * warn (at most once a minute per pool), naming the pool, what holds it
+ * and the tap function the device's consumer runs: one that runs a
+ * computation on its own device deadlocks with a full pool, as with a
+ * full queue (runtime.h, "Stalls").
+ *
+ * Memory that cannot be pinned (cudaHostAlloc refused, as under a
+ * memory-lock limit): the pool stays without a slab, counts the failure
+ * (`pin_failures`), has the warning thread say so once, and refuses every
+ * take, so that the device's taps and calls copy through ordinary memory,
+ * each waiting for its stream (counted in `syncs`), instead of failing.
+ * It tries again once its size is set anew (hcb__pinned_configure).
+ *
  * Locks: pools.mu guards the table of pools (creation and configure) and
  * is taken before a pool's mu; a pool's mu guards the pool.  Both are
  * leaves against the runtime's locks (runtime.h): nothing else is taken
- * under them, and no CUDA call but the slab's allocation and release.
+ * under them (a warning is sent after the pool's mu is released), and no
+ * CUDA call but the slab's allocation and release.
  */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ffi/cuda.h"
 #include "hcb/ffi.h"
+#include "runtime/runtime.h"
 
 #define ALIGN 64
 /* The least a free remainder may be: a header and one line of data. */
@@ -75,7 +91,9 @@ struct pool {
     block *free_list;
     size_t used, blocks, on_the_way, on_the_way_bytes;
     unsigned waiters;
-    uint64_t waits, refusals, syncs;
+    uint64_t waits, refusals, syncs, pin_failures;
+    bool pin_failed;          /* no slab: every take is refused */
+    uint64_t stall_warned_ns; /* when a wait was last warned of; 0: never */
 };
 
 static struct {
@@ -236,6 +254,7 @@ pool_get(int ordinal, bool create, hcb_error *err)
 static int
 pin(pool *p, const hcb__cuda *api, hcb_error *err)
 {
+    char what[64];
     size_t want;
     void *slab = NULL;
     block *b;
@@ -243,9 +262,12 @@ pin(pool *p, const hcb__cuda *api, hcb_error *err)
 
     want = atomic_load(&pools.want);
     want = (want != 0 ? want : HCB__PINNED_BYTES) & ~(size_t)(ALIGN - 1);
-    if ((status =
-             api->host_alloc(&slab, want, HCB__CUDA_HOST_ALLOC_PORTABLE)) != 0)
-        return hcb__cuda_fail(api, status, "cannot pin host memory", err);
+    if ((status = api->host_alloc(&slab, want,
+                                  HCB__CUDA_HOST_ALLOC_PORTABLE)) != 0) {
+        snprintf(what, sizeof what, "cannot pin %zu bytes of host memory",
+                 want);
+        return hcb__cuda_fail(api, status, what, err);
+    }
     if ((uintptr_t)slab % ALIGN != 0) { /* CUDA gives pages */
         api->free_host(slab);
         return hcb_error_set(err, HCB_EINTERNAL,
@@ -263,14 +285,60 @@ pin(pool *p, const hcb__cuda *api, hcb_error *err)
     return HCB_OK;
 }
 
+/* What holds pool `p` while a taker has waited `waited_ns`, for the
+ * warning; under p->mu.  False when it warned less than a minute ago. */
+static bool
+describe_stall(pool *p, uint64_t waited_ns, char *msg, size_t cap)
+{
+    uint64_t now = hcb__now_ns();
+
+    if (p->stall_warned_ns != 0 &&
+        now - p->stall_warned_ns < STALL_WARN_EVERY_NS)
+        return false;
+    p->stall_warned_ns = now;
+    snprintf(msg, cap,
+             "CUDA device %d has waited %.1f s for room in its pinned pool "
+             "(%zu bytes: %zu bytes in %zu records and calls on their way, "
+             "%zu bytes kept by tap functions)",
+             p->ordinal, (double)waited_ns / 1e9, p->capacity,
+             p->on_the_way_bytes, p->on_the_way, p->used - p->on_the_way_bytes);
+    return true;
+}
+
+/* Has the warning thread say that the pool of `ordinal` has held up its
+ * device (`what`, from describe_stall), naming the tap function its
+ * consumer runs now.  No lock held. */
+static void
+warn_stall(hcb_runtime *rt, int ordinal, const char *what)
+{
+    channel *ch = hcb__channel_find(rt, HCB_DEVICE(HCB_PLATFORM_CUDA, ordinal));
+    const target *t =
+        ch != NULL ? atomic_load_explicit(&ch->delivering, memory_order_relaxed)
+                   : NULL;
+
+    hcb__runtime_warn(
+        rt,
+        "%s while the tap function '%s' is running.  It goes on waiting.  "
+        "A tap function that runs a computation (e.g. JAX) on the device "
+        "that issued the tap deadlocks when that device's pinned pool is "
+        "full: the device waits for the tap function, which waits for the "
+        "device.  Raise the pool (HOST_CALLBACK_CUDA_PINNED_BYTE_SIZE), or "
+        "move that work out of the tap function (after barrier_wait, or "
+        "onto another device)",
+        what, t != NULL ? t->name : "(none)");
+}
+
 void *
-hcb__pinned_take(const hcb__cuda *api, int ordinal, size_t n, bool may_wait,
-                 hcb_error *err)
+hcb__pinned_take(const hcb__cuda *api, hcb_runtime *rt, int ordinal, size_t n,
+                 bool may_wait, hcb_error *err)
 {
     size_t need = (sizeof(block) + n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    uint64_t t0 = 0;
+    bool warned = false, pin_failed = false;
     block *b = NULL;
-    bool waited = false;
     pool *p;
+    hcb_error why;
 
     err->code = HCB_OK;
     if (need < n)
@@ -278,21 +346,49 @@ hcb__pinned_take(const hcb__cuda *api, int ordinal, size_t n, bool may_wait,
     if ((p = pool_get(ordinal, true, err)) == NULL)
         return NULL;
     hcb__mutex_lock(&p->mu);
-    if (p->capacity == 0 && pin(p, api, err) != HCB_OK) {
-        hcb__mutex_unlock(&p->mu);
-        return NULL;
+    if (p->capacity == 0 && !p->pin_failed && pin(p, api, &why) != HCB_OK) {
+        /* not an error of the tap: it goes through ordinary memory */
+        p->pin_failed = pin_failed = true;
+        p->pin_failures++;
+        snprintf(msg, sizeof msg, "%s", why.message);
     }
-    if (need <= p->capacity / 2) {
+    if (p->capacity > 0 && need <= p->capacity / 2) {
         while ((b = carve(p, need)) == NULL && may_wait && p->on_the_way > 0) {
-            p->waits += !waited;
-            waited = true;
+            uint64_t now = hcb__now_ns();
+
+            if (t0 == 0) {
+                t0 = now;
+                p->waits++;
+            } else if (!warned && rt != NULL && now - t0 >= STALL_WARN_NS) {
+                warned = true;
+                if (describe_stall(p, now - t0, msg, sizeof msg)) {
+                    hcb__mutex_unlock(&p->mu);
+                    warn_stall(rt, ordinal, msg);
+                    hcb__mutex_lock(&p->mu);
+                    continue; /* blocks may have come back meanwhile */
+                }
+            }
             p->waiters++;
-            hcb__cond_wait(&p->room, &p->mu);
+            if (warned || rt == NULL)
+                hcb__cond_wait(&p->room, &p->mu);
+            else
+                (void)hcb__cond_wait_until(&p->room, &p->mu,
+                                           t0 + STALL_WARN_NS);
             p->waiters--;
         }
     }
     p->refusals += b == NULL;
     hcb__mutex_unlock(&p->mu);
+    if (pin_failed && rt != NULL)
+        hcb__runtime_warn(
+            rt,
+            "%s, for the pool of CUDA device %d: its GPU taps and calls "
+            "copy through ordinary memory instead, each waiting for the "
+            "device's stream (the pool's pin_failures and syncs in "
+            "hcb.stats()).  A smaller pool (HOST_CALLBACK_CUDA_PINNED_BYTE_"
+            "SIZE, from 4 MiB) or a higher memory-lock limit (ulimit -l) "
+            "avoids that",
+            msg, ordinal);
     return b != NULL ? b->data : NULL;
 }
 
@@ -385,7 +481,9 @@ hcb__pinned_configure(size_t bytes)
             p->slab = NULL;
             p->capacity = 0;
             p->free_list = NULL;
-            p->waits = p->refusals = p->syncs = 0;
+            p->waits = p->refusals = p->syncs = p->pin_failures = 0;
+            p->pin_failed = false; /* pinning is tried again */
+            p->stall_warned_ns = 0;
         }
         hcb__mutex_unlock(&p->mu);
     }
@@ -428,6 +526,7 @@ hcb__pinned_get_stats(int ordinal, hcb__pinned_stats *out)
     out->waits = p->waits;
     out->refusals = p->refusals;
     out->syncs = p->syncs;
+    out->pin_failures = p->pin_failures;
     hcb__mutex_unlock(&p->mu);
     return true;
 }
@@ -454,6 +553,7 @@ hcb_cuda_get_pool_stats(int32_t ordinal, hcb_cuda_pool_stats *stats,
     s.waits = ps.waits;
     s.refusals = ps.refusals;
     s.syncs = ps.syncs;
+    s.pin_failures = ps.pin_failures;
     /* only the fields the caller's struct has */
     size = stats->struct_size < sizeof s ? stats->struct_size : sizeof s;
     s.struct_size = size;

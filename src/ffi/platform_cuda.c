@@ -31,10 +31,11 @@
  *
  * A record over half the pool goes to ordinary memory, its bytes staged
  * through the pool in chunks (send_staged), still without waiting.  Only
- * when the device's whole pool is held by records the user kept, or the
+ * when the device's whole pool is held by records the user kept, the
  * taker is a consumer thread (which must not wait for records it may have
- * to deliver itself), does XLA's thread wait for a tap's copy, into
- * ordinary memory (counted: the pool's `syncs`, hcb_cuda_get_pool_stats).
+ * to deliver itself), or the pool could not be pinned (pinned.c), does
+ * XLA's thread wait for a tap's copy, into ordinary memory (counted: the
+ * pool's `syncs`, hcb_cuda_get_pool_stats).
  */
 #include <string.h>
 
@@ -240,8 +241,8 @@ send_staged(hcb_runtime *rt, const hcb__cuda *api, void *stream, uint64_t id,
             len = src[i].nbytes - off;
             if (!waiting) {
                 len = len < size ? len : size;
-                c = hcb__pinned_take(api, ordinal, sizeof *c + len, may_wait(),
-                                     err);
+                c = hcb__pinned_take(api, rt, ordinal, sizeof *c + len,
+                                     may_wait(), err);
                 if (c == NULL && (rc = err->code) != HCB_OK)
                     break;
                 if (c == NULL) { /* the pool is held by kept records */
@@ -298,7 +299,7 @@ cuda_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
         (rc = hcb__record_measure(src, n, &size, err)) != HCB_OK ||
         (rc = hcb__runtime_reserve(rt, device, size.bytes, err)) != HCB_OK)
         return rc;
-    p = hcb__pinned_take(api, HCB_DEVICE_ORDINAL(device),
+    p = hcb__pinned_take(api, rt, HCB_DEVICE_ORDINAL(device),
                          sizeof *p + size.bytes, may_wait(), err);
     if (p == NULL) {
         if ((rc = err->code) == HCB_OK)
@@ -373,8 +374,8 @@ cuda_call(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
         return hcb_error_set(err, HCB_ENOMEM,
                              "hcb_call: cannot allocate %zu array views",
                              nargs + nresults);
-    mem = hcb__pinned_take(api, HCB_DEVICE_ORDINAL(device), bytes, may_wait(),
-                           err);
+    mem = hcb__pinned_take(api, rt, HCB_DEVICE_ORDINAL(device), bytes,
+                           may_wait(), err);
     if (mem == NULL && err->code == HCB_OK) {
         pinned = false;
         if ((mem = hcb__malloc(bytes > 0 ? bytes : 1)) == NULL)

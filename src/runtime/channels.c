@@ -176,6 +176,9 @@ hcb__ensure_consumer(channel *ch, bool recheck, hcb_error *err)
 static void
 stop_channel(channel *ch)
 {
+    uint64_t abandoned;
+    size_t bytes;
+
     hcb__mutex_lock(&ch->lifecycle);
     if (atomic_load_explicit(&ch->running, memory_order_relaxed)) {
         hcb__queue_close(&ch->queue);
@@ -184,6 +187,19 @@ stop_channel(channel *ch)
         hcb__queue_reopen(&ch->queue);
     }
     hcb__mutex_unlock(&ch->lifecycle);
+    /* records on their way that never came (queue.c, "Reservations") */
+    if ((abandoned = hcb__queue_take_abandoned(&ch->queue, &bytes)) > 0)
+        hcb__runtime_warn(
+            ch->rt,
+            "device %s:%d: the stop gave up waiting for %llu tap records "
+            "(%zu bytes) whose copies were enqueued on the device's stream "
+            "but did not land within %.1f s (the stream stopped running: a "
+            "CUDA error, or a kernel that never ends); the stop goes on "
+            "without them.  If they land later, the next barrier_wait "
+            "delivers them; if the process ends first, they are lost",
+            HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu",
+            (int)HCB_DEVICE_ORDINAL(ch->device), (unsigned long long)abandoned,
+            bytes, (double)atomic_load(&ch->queue.reserved_wait_ns) / 1e9);
 }
 
 int

@@ -84,7 +84,16 @@
  * consumer can exit, and then starts another (channels.c, after the
  * stop) and reserves again.  Were the room kept while the reserver waits
  * for the stop, the stop would wait for the consumer, the consumer for
- * the record, and the record for the reserver.
+ * the record, and the record for the reserver.  A closing consumer waits
+ * for reserved records only while they keep coming: after
+ * `reserved_wait_ns` without one (the stream that runs the host functions
+ * stopped, e.g. a CUDA error that broke the context) it exits anyway, so
+ * that a stop never hangs, and notes how many it gave up (`abandoned`),
+ * which the stop reports (channels.c).  They stay counted in `reserved`:
+ * one that lands later is pushed into the queue, where the next consumer
+ * (started by a barrier, a submit or a reservation) delivers it.
+ * `reserved_bytes` counts the room reserved apart from `bytes`, so that
+ * the stats tell queued records from reserved ones.
  *
  * Ordering.  Records leave in the order they were linked: for one producer
  * thread, the order it pushed them; reserved records in the order they
@@ -129,6 +138,7 @@ hcb__queue_init(hcb__queue *q, size_t max_bytes)
     atomic_init(&q->tail, &q->stub);
     q->head = &q->stub;
     atomic_init(&q->max_bytes, max_bytes);
+    atomic_init(&q->reserved_wait_ns, HCB__RESERVED_WAIT_NS);
     if ((rc = hcb__mutex_init(&q->mu)) != HCB_OK)
         return rc;
     if ((rc = hcb__cond_init(&q->nonempty)) != HCB_OK) {
@@ -158,11 +168,13 @@ hcb__queue_reset_after_fork(hcb__queue *q)
     void (*stall_fn)(void *, uint64_t) = q->stall_fn;
     void *stall_user = q->stall_user;
     uint64_t stall_ns = q->stall_ns;
+    uint64_t reserved_wait_ns = atomic_load(&q->reserved_wait_ns);
 
     /* a failure leaves the old (unlocked-looking) memory: nothing better
      * can be done in a child, and glibc's init does not fail */
     (void)hcb__queue_init(q, max_bytes);
     hcb__queue_set_stall(q, stall_fn, stall_user, stall_ns);
+    hcb__queue_set_reserved_wait(q, reserved_wait_ns);
 }
 
 /* Wakes the threads waiting on `progress`, if any.  Called after a change
@@ -296,6 +308,7 @@ bool
 hcb__queue_reserve(hcb__queue *q, size_t size, bool self_consumer)
 {
     reserve(q, size, self_consumer);
+    atomic_fetch_add(&q->reserved_bytes, size);
     atomic_fetch_add(&q->reserved, 1); /* before the read: see Reservations */
     if (atomic_load(&q->consumer_active))
         return true;
@@ -306,8 +319,11 @@ hcb__queue_reserve(hcb__queue *q, size_t size, bool self_consumer)
 void
 hcb__queue_push_reserved(hcb__queue *q, hcb_record *rec)
 {
+    size_t size = rec->size; /* `rec` may be gone once linked */
+
     atomic_fetch_add(&q->pushed, 1); /* counted before `reserved` drops */
     link_last(q, rec);
+    atomic_fetch_sub(&q->reserved_bytes, size);
     atomic_fetch_sub(&q->reserved, 1);
     wake_consumer(q);
 }
@@ -316,9 +332,23 @@ void
 hcb__queue_unreserve(hcb__queue *q, size_t size)
 {
     atomic_fetch_sub(&q->bytes, size);
+    atomic_fetch_sub(&q->reserved_bytes, size);
     atomic_fetch_sub(&q->reserved, 1);
     wake_waiters(q);
     wake_consumer(q);
+}
+
+void
+hcb__queue_set_reserved_wait(hcb__queue *q, uint64_t ns)
+{
+    atomic_store(&q->reserved_wait_ns, ns);
+}
+
+uint64_t
+hcb__queue_take_abandoned(hcb__queue *q, size_t *bytes)
+{
+    *bytes = atomic_exchange(&q->abandoned_bytes, 0);
+    return atomic_exchange(&q->abandoned, 0);
 }
 
 /* The oldest record, or NULL when none can be taken yet (the list is
@@ -410,6 +440,10 @@ hcb__queue_pop(hcb__queue *q, uint64_t done_records, size_t done_bytes)
 {
     hcb_record *chain;
     int spin, linking = 0;
+    /* closing: when it stops waiting for reserved records (0: not yet
+     * waiting), and whether it has */
+    uint64_t give_up_at = 0;
+    bool gave_up = false;
 
     if (done_bytes > 0)
         atomic_fetch_add(&q->finished_bytes, done_bytes);
@@ -429,11 +463,19 @@ hcb__queue_pop(hcb__queue *q, uint64_t done_records, size_t done_bytes)
                 hcb__cpu_relax();
             continue;
         }
-        if (atomic_load(&q->closing) && atomic_load(&q->reserved) == 0) {
+        if (atomic_load(&q->closing) &&
+            (gave_up || atomic_load(&q->reserved) == 0)) {
             count_done(q);
             atomic_store(&q->consumer_active, false);
-            if (nothing_pushed(q) && atomic_load(&q->reserved) == 0)
+            if (nothing_pushed(q) &&
+                (gave_up || atomic_load(&q->reserved) == 0)) {
+                if (gave_up) { /* see Reservations */
+                    atomic_store(&q->abandoned_bytes,
+                                 atomic_load(&q->reserved_bytes));
+                    atomic_store(&q->abandoned, atomic_load(&q->reserved));
+                }
                 return NULL; /* closing and drained */
+            }
             atomic_store(&q->consumer_active, true);
             continue;
         }
@@ -452,10 +494,22 @@ hcb__queue_pop(hcb__queue *q, uint64_t done_records, size_t done_bytes)
         count_done(q);
         hcb__mutex_lock(&q->mu);
         atomic_store(&q->consumer_sleeping, true);
-        /* closing, it waits only for the records reserved */
+        /* closing, it waits only for the records reserved, and only while
+         * they keep coming (see Reservations) */
         while (nothing_pushed(q) &&
-               (!atomic_load(&q->closing) || atomic_load(&q->reserved) > 0))
-            hcb__cond_wait(&q->nonempty, &q->mu);
+               (!atomic_load(&q->closing) || atomic_load(&q->reserved) > 0)) {
+            if (!atomic_load(&q->closing)) {
+                hcb__cond_wait(&q->nonempty, &q->mu);
+                continue;
+            }
+            if (give_up_at == 0)
+                give_up_at = hcb__now_ns() + atomic_load(&q->reserved_wait_ns);
+            if (!hcb__cond_wait_until(&q->nonempty, &q->mu, give_up_at) &&
+                hcb__now_ns() >= give_up_at) {
+                gave_up = true;
+                break;
+            }
+        }
         atomic_store(&q->consumer_sleeping, false);
         hcb__mutex_unlock(&q->mu);
     }
@@ -552,14 +606,21 @@ hcb__queue_add_stats(hcb__queue *q, hcb_stats *s)
 {
     uint64_t done = atomic_load(&q->done), pushed = atomic_load(&q->pushed);
     uint64_t out = atomic_load(&q->bytes_out);
+    uint64_t reserved = atomic_load(&q->reserved);
+    size_t reserved_bytes = atomic_load(&q->reserved_bytes);
     size_t bytes = atomic_load(&q->bytes), high = atomic_load(&q->high_water);
+    /* `bytes` holds the room reserved too: queued is what was pushed (the
+     * counters move apart, so a snapshot may be short by a record) */
+    size_t queued = bytes > reserved_bytes ? bytes - reserved_bytes : 0;
 
     s->records_in += pushed;
-    s->bytes_in += out + bytes;
+    s->bytes_in += out + queued;
     s->records_out += done;
     s->bytes_out += out;
     s->queued_records += pushed > done ? pushed - done : 0;
-    s->queued_bytes += bytes;
+    s->queued_bytes += queued;
+    s->reserved_records += reserved;
+    s->reserved_bytes += reserved_bytes;
     if (high > s->high_water_bytes)
         s->high_water_bytes = high;
     hcb__mutex_lock(&q->mu);

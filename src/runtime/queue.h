@@ -8,6 +8,10 @@
 
 #include "runtime/record.h"
 
+/* How long a closing consumer waits for reserved records when none
+ * arrives (queue.c, "Reservations"): then it exits without them. */
+#define HCB__RESERVED_WAIT_NS ((uint64_t)10000000000u)
+
 /* The fields are grouped by who writes them, each group on cache lines
  * of its own (the pads), so that a producer and the consumer share a line
  * only where they must. */
@@ -39,8 +43,15 @@ typedef struct hcb__queue {
     _Atomic uint64_t waiters; /* threads waiting on `progress` */
     _Atomic uint64_t space_waiters; /* of them, producers out of space */
     /* Room reserved (hcb__queue_reserve) for records not yet pushed: the
-     * consumer does not exit on close while some are on their way. */
+     * consumer does not exit on close while some are on their way (for
+     * `reserved_wait_ns` without one arriving, at most). */
     _Atomic uint64_t reserved;
+    atomic_size_t reserved_bytes;
+    _Atomic uint64_t reserved_wait_ns;
+    /* What a closing consumer gave up waiting for (reserved records and
+     * their bytes when it exited; hcb__queue_take_abandoned). */
+    _Atomic uint64_t abandoned;
+    atomic_size_t abandoned_bytes;
     char pad3[64];
 
     /* Sleeping and waiting. */
@@ -97,10 +108,22 @@ bool hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer);
  * (ownership passes to the queue; its size must be `size`) and never
  * waits; hcb__queue_unreserve gives the room back instead.  While a
  * reservation is outstanding an active consumer does not exit, even when
- * the queue is closed: the record it waits for finds it there. */
+ * the queue is closed: the record it waits for finds it there.  Unless no
+ * record arrives for `reserved_wait_ns` (a stream that never runs the
+ * host functions, as after a CUDA error): then the consumer exits anyway,
+ * noting what it gave up (hcb__queue_take_abandoned); a record that
+ * arrives later waits in the queue for the next consumer (a barrier or
+ * submit starts one). */
 bool hcb__queue_reserve(hcb__queue *q, size_t size, bool self_consumer);
 void hcb__queue_push_reserved(hcb__queue *q, hcb_record *rec);
 void hcb__queue_unreserve(hcb__queue *q, size_t size);
+/* How long a closing consumer waits for reserved records while none
+ * arrives (HCB__RESERVED_WAIT_NS at first).  Any thread. */
+void hcb__queue_set_reserved_wait(hcb__queue *q, uint64_t ns);
+/* The reserved records (and their bytes) the last closing consumer gave
+ * up waiting for, set back to 0; 0 when it gave up none.  For the stop
+ * that joined it. */
+uint64_t hcb__queue_take_abandoned(hcb__queue *q, size_t *bytes);
 
 /* Takes note that `done_records` popped records of `done_bytes` in all
  * are finished (0, 0: none); they are counted done in batches, at once if
@@ -144,7 +167,7 @@ void hcb__queue_reopen(hcb__queue *q);
 bool hcb__queue_stranded(hcb__queue *q);
 
 /* Adds the queue's counters to `s` (records and bytes in and out, queued,
- * high water, producer waits). */
+ * reserved, high water, producer waits). */
 void hcb__queue_add_stats(hcb__queue *q, hcb_stats *s);
 
 #endif /* HCB_QUEUE_H */

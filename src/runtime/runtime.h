@@ -81,7 +81,9 @@
  * thread, which waits there when the queue is full (hcb__runtime_reserve:
  * the same back-pressure as a submit), and submits the record later
  * without waiting (hcb__runtime_submit_reserved).  A stop waits for the
- * reserved records too (queue.c, "Reservations").
+ * reserved records too (queue.c, "Reservations"), while they keep coming:
+ * after HCB__RESERVED_WAIT_NS without one it goes on, and the warning
+ * thread says how many it left (a stream that stopped: a CUDA error).
  *
  * Stalls.  A producer that has waited STALL_WARN_NS for room in its queue
  * calls hcb__channel_stalled (no lock held), which warns of the likely
@@ -91,7 +93,10 @@
  * waiting.  The warning is logged by the runtime's warning thread
  * ("hcb-warn", hcb__runtime_warn), never by the waiting thread: that one
  * is XLA's, which must not take the GIL for a log sink written in Python.
- * The thread starts at the first warning and stops with the runtime.
+ * A GPU's XLA thread that waits for room in its pinned pool is warned
+ * about the same way (src/ffi/pinned.c), naming the pool and
+ * `delivering`.  The thread starts at the first warning and stops with
+ * the runtime.
  *
  * Barriers that must react while they wait (Python's Ctrl-C) use
  * hcb_runtime_barrier_poll: the wait wakes every poll interval and calls

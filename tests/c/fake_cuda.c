@@ -29,19 +29,29 @@ struct fake_stream {
     op *head, *tail;
     bool held, running_op, stop;
     unsigned long enqueued, completed; /* ops, ever */
+    int device;
     pthread_t thread;
 };
 
 /* An event: the point of a stream where it was recorded. */
 typedef struct fake_event {
+    int device; /* the thread's current device when it was made */
     fake_stream *stream;
     unsigned long upto;
 } fake_event;
 
+/* The thread's current device (cudaSetDevice). */
+static _Thread_local int current_device;
+
 fake_counts fake_cuda_counts;
 atomic_long fake_cuda_fail_copy_after = -1, fake_cuda_fail_launch_after = -1;
+atomic_bool fake_cuda_refuse_host_alloc;
 
-#define LAUNCH_FAILURE 719 /* cudaErrorLaunchFailure */
+#define LAUNCH_FAILURE  719 /* cudaErrorLaunchFailure */
+#define INVALID_DEVICE  101 /* cudaErrorInvalidDevice */
+#define INVALID_HANDLE  400 /* cudaErrorInvalidResourceHandle */
+#define ALLOCATION_FAIL 2   /* cudaErrorMemoryAllocation */
+#define FAKE_DEVICES    16
 
 static void *
 stream_main(void *arg)
@@ -90,8 +100,15 @@ stream_main(void *arg)
 fake_stream *
 fake_stream_new(void)
 {
+    return fake_stream_new_on(0);
+}
+
+fake_stream *
+fake_stream_new_on(int device)
+{
     fake_stream *s = calloc(1, sizeof *s);
 
+    s->device = device;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_create(&s->thread, NULL, stream_main, s);
@@ -227,8 +244,10 @@ fake_host_alloc(void **ptr, size_t n, unsigned flags)
 {
     (void)flags;
     atomic_fetch_add(&fake_cuda_counts.host_allocs, 1);
+    if (atomic_load(&fake_cuda_refuse_host_alloc))
+        return ALLOCATION_FAIL;
     *ptr = aligned_alloc(4096, (n + 4095) & ~(size_t)4095);
-    return *ptr != NULL ? 0 : 2; /* cudaErrorMemoryAllocation */
+    return *ptr != NULL ? 0 : ALLOCATION_FAIL;
 }
 
 static int
@@ -242,17 +261,30 @@ fake_free_host(void *ptr)
 static const char *
 fake_error_string(int status)
 {
-    return status == LAUNCH_FAILURE ? "unspecified launch failure"
-                                    : "fake CUDA error";
+    switch (status) {
+    case LAUNCH_FAILURE:
+        return "unspecified launch failure";
+    case INVALID_HANDLE:
+        return "invalid resource handle";
+    case ALLOCATION_FAIL:
+        return "out of memory";
+    default:
+        return "fake CUDA error";
+    }
 }
 
 static int
 fake_event_create(void **event, unsigned flags)
 {
+    fake_event *e = calloc(1, sizeof *e);
+
     (void)flags;
     atomic_fetch_add(&fake_cuda_counts.events, 1);
-    *event = calloc(1, sizeof(fake_event));
-    return *event != NULL ? 0 : 2;
+    if (e == NULL)
+        return ALLOCATION_FAIL;
+    e->device = current_device;
+    *event = e;
+    return 0;
 }
 
 static int
@@ -261,6 +293,8 @@ fake_event_record(void *event, void *stream)
     fake_event *e = event;
     fake_stream *s = stream;
 
+    if (e->device != s->device)
+        return INVALID_HANDLE; /* CUDA: not the stream's device */
     pthread_mutex_lock(&s->mu);
     e->stream = s;
     e->upto = s->enqueued;
@@ -286,11 +320,38 @@ fake_event_destroy(void *event)
     return 0;
 }
 
+static int
+fake_get_device(int *device)
+{
+    *device = current_device;
+    return 0;
+}
+
+static int
+fake_set_device(int device)
+{
+    if (device < 0 || device >= FAKE_DEVICES)
+        return INVALID_DEVICE;
+    atomic_fetch_add(&fake_cuda_counts.set_devices, 1);
+    current_device = device;
+    return 0;
+}
+
 const hcb__cuda fake_cuda = {
-    fake_memcpy_async,       fake_memset_async, fake_launch_host_func,
-    fake_stream_synchronize, fake_host_alloc,   fake_free_host,
-    fake_error_string,       fake_event_create, fake_event_record,
-    fake_stream_wait_event,  fake_event_destroy};
+    .memcpy_async = fake_memcpy_async,
+    .memset_async = fake_memset_async,
+    .launch_host_func = fake_launch_host_func,
+    .stream_synchronize = fake_stream_synchronize,
+    .host_alloc = fake_host_alloc,
+    .free_host = fake_free_host,
+    .error_string = fake_error_string,
+    .event_create = fake_event_create,
+    .event_record = fake_event_record,
+    .stream_wait_event = fake_stream_wait_event,
+    .event_destroy = fake_event_destroy,
+    .get_device = fake_get_device,
+    .set_device = fake_set_device,
+};
 
 void
 fake_cuda_reset_counts(void)
@@ -303,6 +364,8 @@ fake_cuda_reset_counts(void)
     atomic_store(&fake_cuda_counts.free_hosts, 0);
     atomic_store(&fake_cuda_counts.events, 0);
     atomic_store(&fake_cuda_counts.event_waits, 0);
+    atomic_store(&fake_cuda_counts.set_devices, 0);
+    atomic_store(&fake_cuda_refuse_host_alloc, false);
     atomic_store(&fake_cuda_fail_copy_after, -1);
     atomic_store(&fake_cuda_fail_launch_after, -1);
 }

@@ -17,7 +17,9 @@
 
 typedef struct fake_stream fake_stream;
 
+/* A stream of device 0, or of device `device`. */
 fake_stream *fake_stream_new(void);
+fake_stream *fake_stream_new_on(int device);
 /* Runs what is left, then stops the stream's thread. */
 void fake_stream_free(fake_stream *s);
 /* While held, the stream runs nothing (work queues up), as a GPU busy with
@@ -33,7 +35,7 @@ bool fake_stream_idle_within(fake_stream *s, long ms);
 
 typedef struct fake_counts {
     atomic_long copies, host_funcs, memsets, syncs, host_allocs, free_hosts;
-    atomic_long events, event_waits;
+    atomic_long events, event_waits, set_devices;
 } fake_counts;
 
 extern const hcb__cuda fake_cuda;
@@ -41,6 +43,9 @@ extern fake_counts fake_cuda_counts;
 /* The k-th memcpy_async / launch_host_func from now fails with
  * cudaErrorLaunchFailure (719); -1: none fails. */
 extern atomic_long fake_cuda_fail_copy_after, fake_cuda_fail_launch_after;
+/* While true, cudaHostAlloc refuses (cudaErrorMemoryAllocation), as under
+ * a memory-lock limit. */
+extern atomic_bool fake_cuda_refuse_host_alloc;
 
 void fake_cuda_reset_counts(void);
 

@@ -45,6 +45,8 @@ static cudaError_t (*const event_record)(cudaEvent_t,
 static cudaError_t (*const stream_wait_event)(cudaStream_t, cudaEvent_t,
                                               unsigned) = cudaStreamWaitEvent;
 static cudaError_t (*const event_destroy)(cudaEvent_t) = cudaEventDestroy;
+static cudaError_t (*const get_device)(int *) = cudaGetDevice;
+static cudaError_t (*const set_device)(int) = cudaSetDevice;
 
 static void
 test_toolkit_prototypes_match(void **state)
@@ -61,6 +63,8 @@ test_toolkit_prototypes_match(void **state)
     assert_non_null(event_record);
     assert_non_null(stream_wait_event);
     assert_non_null(event_destroy);
+    assert_non_null(get_device);
+    assert_non_null(set_device);
     /* the DLPack stream numbers 1 and 2 are these handles, which
      * hcb_cuda_stream_wait passes to CUDA as they are */
     assert_int_equal((uintptr_t)cudaStreamLegacy, 1);

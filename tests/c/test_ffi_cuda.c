@@ -111,6 +111,8 @@ setup(void **state)
     t.fn = keep_fn;
     assert_int_equal(hcb_runtime_register_tap(rt, &t, &keep_id, NULL), HCB_OK);
     t.fn = gate_fn;
+    t.name = "gate";
+    t.name_len = 4;
     assert_int_equal(hcb_runtime_register_tap(rt, &t, &gate_id, NULL), HCB_OK);
     atomic_store(&gate_open, true);
     atomic_store(&gate_seen, 0);
@@ -120,7 +122,7 @@ setup(void **state)
     in_place_id = double_id;
     c.fn = fail_fn;
     assert_int_equal(hcb_runtime_register_call(rt, &c, &fail_id, NULL), HCB_OK);
-    stream = fake_stream_new();
+    stream = fake_stream_new_on(3);
     test_stream = stream;
     test_device_ordinal = 3;
     return 0;
@@ -377,7 +379,7 @@ static void
 test_a_held_device_never_holds_another(void **state)
 {
     static int32_t big[32768]; /* 128 KiB: 7 fit in a 1 MiB pool */
-    fake_stream *other = fake_stream_new();
+    fake_stream *other = fake_stream_new_on(4);
     tapper held = {big, 32768, 20, 0, 0, 0, NULL};
     tapper free_one = {big, 32768, 20, 0, 0, 4, NULL};
     hcb__pinned_stats ps;
@@ -417,7 +419,7 @@ test_a_held_device_never_holds_another(void **state)
 static void
 test_a_consumer_stream_waits_for_xla_stream(void **state)
 {
-    fake_stream *consumer = fake_stream_new();
+    fake_stream *consumer = fake_stream_new_on(3);
     int32_t src = 5, on_device = 0, seen = 0;
     hcb_error err;
 
@@ -426,7 +428,7 @@ test_a_consumer_stream_waits_for_xla_stream(void **state)
     assert_int_equal(fake_cuda.memcpy_async(&on_device, &src, sizeof src,
                                             HCB__CUDA_D2D, stream),
                      0);
-    assert_int_equal(hcb_cuda_stream_wait(consumer, stream, &err), HCB_OK);
+    assert_int_equal(hcb_cuda_stream_wait(3, consumer, stream, &err), HCB_OK);
     assert_int_equal(fake_cuda.memcpy_async(&seen, &on_device, sizeof seen,
                                             HCB__CUDA_D2D, consumer),
                      0);
@@ -439,8 +441,50 @@ test_a_consumer_stream_waits_for_xla_stream(void **state)
     assert_int_equal(atomic_load(&fake_cuda_counts.events), 1);
     assert_int_equal(atomic_load(&fake_cuda_counts.event_waits), 1);
     /* a stream is in order with itself: no event */
-    assert_int_equal(hcb_cuda_stream_wait(stream, stream, &err), HCB_OK);
+    assert_int_equal(hcb_cuda_stream_wait(3, stream, stream, &err), HCB_OK);
     assert_int_equal(atomic_load(&fake_cuda_counts.events), 1);
+    fake_stream_free(consumer);
+}
+
+/* A thread whose current device is another one (a buffer callback that
+ * switched device, on a machine with several GPUs) still orders the
+ * streams of its call's device: the event is made on that device, and
+ * the thread gets its own device back, also when CUDA refuses. */
+static void
+test_stream_wait_uses_the_streams_device_and_gives_the_thread_its_own(
+    void **state)
+{
+    fake_stream *consumer = fake_stream_new_on(3);
+    int device = -1;
+    hcb_error err;
+
+    (void)state;
+    assert_int_equal(fake_cuda.set_device(5), 0); /* the callback's switch */
+    assert_int_equal(hcb_cuda_stream_wait(3, consumer, stream, &err), HCB_OK);
+    assert_int_equal(hcb_cuda_stream_wait(3, stream, consumer, &err), HCB_OK);
+    assert_int_equal(fake_cuda.get_device(&device), 0);
+    assert_int_equal(device, 5);
+    assert_int_equal(atomic_load(&fake_cuda_counts.event_waits), 2);
+    /* on the stream's device already: no switch */
+    assert_int_equal(fake_cuda.set_device(3), 0);
+    atomic_store(&fake_cuda_counts.set_devices, 0);
+    assert_int_equal(hcb_cuda_stream_wait(3, consumer, stream, &err), HCB_OK);
+    assert_int_equal(atomic_load(&fake_cuda_counts.set_devices), 0);
+    /* a stream named with the wrong device: CUDA's error, and the thread
+     * is back on its device */
+    assert_int_equal(fake_cuda.set_device(5), 0);
+    assert_int_equal(hcb_cuda_stream_wait(4, consumer, stream, &err),
+                     HCB_ESYSTEM);
+    assert_non_null(strstr(err.message, "making one CUDA stream wait for "
+                                        "another: invalid resource handle"));
+    assert_int_equal(fake_cuda.get_device(&device), 0);
+    assert_int_equal(device, 5);
+    assert_int_equal(hcb_cuda_stream_wait(99, consumer, stream, &err),
+                     HCB_ESYSTEM);
+    assert_non_null(strstr(err.message, "switching to CUDA device 99"));
+    assert_int_equal(fake_cuda.set_device(0), 0);
+    fake_stream_drain(stream);
+    fake_stream_drain(consumer);
     fake_stream_free(consumer);
 }
 
@@ -561,6 +605,184 @@ test_stop_delivers_the_taps_on_their_way(void **state)
     assert_int_equal(hcb_runtime_stop(rt, NULL), HCB_OK);
     assert_int_equal(tu_sink_count(sink), 50);
     assert_int_equal(sink->first_value[49], 49);
+}
+
+static int call(uint64_t id, float *in, float *out, int64_t n,
+                const hcb__platform *platform, const char *name, char *msg);
+
+/* What the runtime's log sink saw: how many warnings, and the first. */
+typedef struct warned {
+    atomic_int count;
+    char message[HCB_ERROR_MESSAGE_SIZE];
+} warned;
+
+static void
+note_warning(void *user, const char *message)
+{
+    warned *w = user;
+
+    if (atomic_load(&w->count) == 0)
+        snprintf(w->message, sizeof w->message, "%s", message);
+    atomic_fetch_add(&w->count, 1);
+}
+
+/* A stream that never runs what a tap enqueued (the host functions of a
+ * broken CUDA context never run) does not make the stop hang: it gives up
+ * after its bound and says what it left.  The records, if they land after
+ * all, are delivered by the next barrier. */
+static void
+test_stop_gives_up_on_taps_whose_stream_never_runs(void **state)
+{
+    int32_t x[2] = {11, 12};
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    warned w = {0};
+
+    (void)state;
+    hcb_runtime_set_log(rt, note_warning, &w);
+    fake_stream_hold(stream, true);
+    assert_int_equal(tap(&x[0], 1, sink_id, msg), 0);
+    assert_int_equal(tap(&x[1], 1, sink_id, msg), 0);
+    hcb__queue_set_reserved_wait(&hcb__channel_find(rt, DEVICE)->queue,
+                                 200000000u); /* 0.2 s instead of 10 */
+    assert_int_equal(hcb_runtime_stop(rt, NULL), HCB_OK);
+    assert_int_equal(tu_sink_count(sink), 0);
+    assert_int_equal(atomic_load(&w.count), 1);
+    assert_non_null(strstr(w.message, "device gpu:3: the stop gave up "
+                                      "waiting for 2 tap records"));
+    assert_non_null(strstr(w.message, "did not land within 0.2 s"));
+    fake_stream_hold(stream, false);
+    fake_stream_drain(stream);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(tu_sink_count(sink), 2);
+    assert_int_equal(sink->first_value[1], 12);
+    assert_int_equal(hcb_runtime_stop(rt, NULL), HCB_OK);
+    assert_int_equal(atomic_load(&w.count), 1); /* nothing left behind */
+}
+
+/* The device's XLA thread that has waited long for room in its pinned
+ * pool is warned about, from the warning thread, naming the pool, what
+ * holds it and the tap function running (one that ran a computation on
+ * this device would never return); it goes on waiting. */
+static void
+test_a_long_wait_for_the_pool_is_warned_naming_what_holds_it(void **state)
+{
+    static int32_t big[32768]; /* 128 KiB: 7 fit in the 1 MiB pool */
+    tapper t = {big, 32768, 20, 0, 0, 0, NULL};
+    warned w = {0};
+    bool waiting;
+    pthread_t th;
+    int i, warnings;
+
+    (void)state;
+    hcb_runtime_set_log(rt, note_warning, &w);
+    t.id = gate_id;
+    atomic_store(&gate_open, false);
+    pthread_create(&th, NULL, tapper_main, &t);
+    for (i = 0; i < 10000 && atomic_load(&w.count) == 0; i++)
+        tu_sleep_us(1000); /* the warning comes after 2 s */
+    warnings = atomic_load(&w.count);
+    waiting = atomic_load(&t.done) < 20;
+    atomic_store(&gate_open, true);
+    pthread_join(th, NULL);
+    assert_int_equal(warnings, 1);
+    assert_true(waiting); /* it went on waiting */
+    fake_stream_drain(stream);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(atomic_load(&gate_seen), 20);
+    assert_non_null(strstr(w.message, "CUDA device 3 has waited"));
+    assert_non_null(strstr(w.message, "for room in its pinned pool "
+                                      "(1048576 bytes: "));
+    assert_non_null(strstr(w.message, "records and calls on their way"));
+    assert_non_null(strstr(w.message, "tap function 'gate' is running"));
+    assert_non_null(strstr(w.message, "HOST_CALLBACK_CUDA_PINNED_BYTE_SIZE"));
+    assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 0);
+}
+
+/* Pinned memory refused (a memory-lock limit): taps and calls still work,
+ * through ordinary memory and a wait for the stream each, counted in the
+ * pool's stats, with one warning; a new pool size pins again. */
+static void
+test_memory_that_cannot_be_pinned_falls_back_to_synchronised_copies(
+    void **state)
+{
+    int32_t x[3] = {21, 22, 23};
+    float in[2] = {1.5f, 2.5f}, out[2] = {0};
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    hcb_cuda_pool_stats cs = HCB_CUDA_POOL_STATS_INIT;
+    hcb_error err;
+    warned w = {0};
+    int i;
+
+    (void)state;
+    hcb_runtime_set_log(rt, note_warning, &w);
+    atomic_store(&fake_cuda_refuse_host_alloc, true);
+    for (i = 0; i < 3; i++)
+        assert_int_equal(tap(&x[i], 1, sink_id, msg), 0);
+    assert_int_equal(
+        call(double_id, in, out, 2, &hcb__platform_cuda, "hcb_call", msg), 0);
+    fake_stream_drain(stream);
+    assert_true(out[0] == 3.0f && out[1] == 5.0f);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(tu_sink_count(sink), 3);
+    assert_int_equal(sink->first_value[2], 23);
+    assert_int_equal(hcb_cuda_get_pool_stats(3, &cs, &err), HCB_OK);
+    assert_int_equal(cs.pin_failures, 1); /* tried once, not per tap */
+    assert_int_equal(cs.capacity, 0);
+    assert_int_equal(cs.syncs, 4); /* 3 taps and the call's results */
+    assert_int_equal(cs.refusals, 4);
+    assert_int_equal(atomic_load(&fake_cuda_counts.host_allocs), 1);
+    assert_int_equal(hcb_runtime_stop(rt, NULL), HCB_OK); /* logs it */
+    assert_int_equal(atomic_load(&w.count), 1);
+    assert_non_null(strstr(w.message, "cannot pin 1048576 bytes of host "
+                                      "memory: out of memory (CUDA error 2), "
+                                      "for the pool of CUDA device 3"));
+    assert_non_null(strstr(w.message, "ulimit -l"));
+    /* memory can be pinned again, and a new size tries again */
+    atomic_store(&fake_cuda_refuse_host_alloc, false);
+    assert_int_equal(hcb__pinned_configure(1 << 20), HCB_OK);
+    atomic_store(&fake_cuda_counts.syncs, 0);
+    assert_int_equal(tap(&x[0], 1, sink_id, msg), 0);
+    assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 0);
+    assert_int_equal(hcb__pinned_capacity(3), 1 << 20);
+    fake_stream_drain(stream);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(tu_sink_count(sink), 4);
+}
+
+/* The stats tell the taps on their way (room reserved, copies not landed)
+ * from the queued ones: queued records and queued bytes count the same
+ * records. */
+static void
+test_stats_tell_reserved_records_from_queued_ones(void **state)
+{
+    int32_t x[3][4] = {{1}, {2}, {3}};
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    hcb_stats st = HCB_STATS_INIT;
+    int i;
+
+    (void)state;
+    fake_stream_hold(stream, true);
+    for (i = 0; i < 3; i++)
+        assert_int_equal(tap(x[i], 4, sink_id, msg), 0);
+    assert_int_equal(hcb_runtime_stats(rt, DEVICE, &st, NULL), HCB_OK);
+    assert_int_equal(st.reserved_records, 3);
+    assert_true(st.reserved_bytes >= 3 * 16);
+    assert_int_equal(st.queued_records, 0);
+    assert_int_equal(st.queued_bytes, 0);
+    assert_int_equal(st.records_in, 0);
+    assert_int_equal(st.bytes_in, 0);
+    assert_true(st.high_water_bytes >= st.reserved_bytes);
+    fake_stream_hold(stream, false);
+    fake_stream_drain(stream);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(hcb_runtime_stats(rt, DEVICE, &st, NULL), HCB_OK);
+    assert_int_equal(st.reserved_records, 0);
+    assert_int_equal(st.reserved_bytes, 0);
+    assert_int_equal(st.queued_records, 0);
+    assert_int_equal(st.queued_bytes, 0);
+    assert_int_equal(st.records_in, 3);
+    assert_int_equal(st.bytes_in, st.bytes_out);
+    assert_true(st.bytes_in >= 3 * 16);
 }
 
 static int
@@ -689,9 +911,9 @@ test_pinned_pool_reuses_memory_given_back_anywhere(void **state)
     void *a, *b, *c, *d, *e;
 
     (void)state;
-    a = hcb__pinned_take(&fake_cuda, 3, 300000, true, &err);
-    b = hcb__pinned_take(&fake_cuda, 3, 300000, true, &err);
-    c = hcb__pinned_take(&fake_cuda, 3, 300000, true, &err);
+    a = hcb__pinned_take(&fake_cuda, NULL, 3, 300000, true, &err);
+    b = hcb__pinned_take(&fake_cuda, NULL, 3, 300000, true, &err);
+    c = hcb__pinned_take(&fake_cuda, NULL, 3, 300000, true, &err);
     assert_non_null(a);
     assert_non_null(b);
     assert_non_null(c);
@@ -699,15 +921,15 @@ test_pinned_pool_reuses_memory_given_back_anywhere(void **state)
     hcb__pinned_give(b); /* between a and c, both held */
     hcb__pinned_delivered(a);
     hcb__pinned_delivered(c);
-    d = hcb__pinned_take(&fake_cuda, 3, 300000, true, &err);
+    d = hcb__pinned_take(&fake_cuda, NULL, 3, 300000, true, &err);
     assert_ptr_equal(d, b);
     hcb__pinned_delivered(d);
     /* nothing fits now, and nothing is on its way: refused, not waited */
-    assert_null(hcb__pinned_take(&fake_cuda, 3, 300000, true, &err));
+    assert_null(hcb__pinned_take(&fake_cuda, NULL, 3, 300000, true, &err));
     assert_int_equal(err.code, HCB_OK);
     hcb__pinned_give(a);
     hcb__pinned_give(d); /* merges with a */
-    e = hcb__pinned_take(&fake_cuda, 3, 500000, true, &err);
+    e = hcb__pinned_take(&fake_cuda, NULL, 3, 500000, true, &err);
     assert_ptr_equal(e, a);
     hcb__pinned_give(c);
     hcb__pinned_give(e);
@@ -729,14 +951,14 @@ test_pinned_pool_size_changes_only_while_unused(void **state)
     assert_int_equal(hcb_cuda_set_pinned_bytes(1 << 20, &err), HCB_EINVAL);
     assert_non_null(strstr(err.message, "at least 4194304 bytes, got "
                                         "1048576"));
-    p = hcb__pinned_take(&fake_cuda, 3, 100, true, &err);
+    p = hcb__pinned_take(&fake_cuda, NULL, 3, 100, true, &err);
     assert_non_null(p);
     assert_int_equal(hcb_cuda_set_pinned_bytes(8 << 20, &err), HCB_ESTATE);
     assert_non_null(strstr(err.message, "in use"));
     assert_int_equal(hcb__pinned_capacity(3), 1 << 20);
     hcb__pinned_give(p);
     assert_int_equal(hcb_cuda_set_pinned_bytes(8 << 20, &err), HCB_OK);
-    p = hcb__pinned_take(&fake_cuda, 3, 100, true, &err);
+    p = hcb__pinned_take(&fake_cuda, NULL, 3, 100, true, &err);
     assert_int_equal(hcb__pinned_capacity(3), 8 << 20);
     hcb__pinned_give(p);
 }
@@ -762,6 +984,9 @@ main(void)
         cmocka_unit_test_setup_teardown(
             test_a_consumer_stream_waits_for_xla_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(
+            test_stream_wait_uses_the_streams_device_and_gives_the_thread_its_own,
+            setup, teardown),
+        cmocka_unit_test_setup_teardown(
             test_a_record_larger_than_the_pool_still_passes, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_records_kept_by_the_user_do_not_block_taps, setup, teardown),
@@ -769,6 +994,17 @@ main(void)
             test_cuda_errors_fail_the_tap_and_free_its_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_stop_delivers_the_taps_on_their_way, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_stop_gives_up_on_taps_whose_stream_never_runs, setup,
+            teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_long_wait_for_the_pool_is_warned_naming_what_holds_it, setup,
+            teardown),
+        cmocka_unit_test_setup_teardown(
+            test_memory_that_cannot_be_pinned_falls_back_to_synchronised_copies,
+            setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_stats_tell_reserved_records_from_queued_ones, setup, teardown),
         cmocka_unit_test_setup_teardown(test_call_stages_through_host_memory,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_call_runs_after_the_taps_before_it,

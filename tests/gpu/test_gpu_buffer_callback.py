@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import subprocess
 import sys
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -199,6 +200,56 @@ def test_libraries_on_their_own_default_stream_see_no_race(gpu, kind):
     np.testing.assert_array_equal(
         out, (np.arange(n, dtype=np.float32) + 100 * k + 2) * 2,
         err_msg=f"{kind}, run {k}")
+
+
+def test_a_stream_the_callback_makes_and_drops_is_never_used_after(gpu,
+                                                                   cupy):
+  # DLPack leaves the consumer's stream the consumer's: one the callback
+  # makes is ordered after XLA's when the callback exports to it, and the
+  # callback finishes its work there; CuPy destroys it when the callback
+  # drops it, before the callback returns, so XLA's stream must not record
+  # an event on it then (a freed handle: CUDA's error, or worse).
+  n = 1 << 20
+
+  def cb(ctx, out, x):
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:  # from_dlpack passes s.ptr to __dlpack__
+      cupy.add(cupy.from_dlpack(x), 1, out=cupy.from_dlpack(out))
+    s.synchronize()  # the rule for a stream of the callback's own
+    del s  # cudaStreamDestroy
+
+  call = hcb.buffer_callback(cb, jax.ShapeDtypeStruct((n,), jnp.float32))
+  f = jax.jit(lambda x: call(x * 2) * 3)
+  for k in range(5):
+    x = jax.device_put(jnp.full((n,), k, jnp.float32), gpu)
+    np.testing.assert_array_equal(f(x), np.full(n, (2 * k + 1) * 3),
+                                  err_msg=f"run {k}")
+
+
+def test_per_thread_stream_from_another_thread_is_refused(gpu):
+  # XLA's stream waits for a per-thread default stream (2) on the
+  # callback's thread when it returns: another thread's cannot be reached
+  # from there, so exporting to it is refused rather than left unordered.
+  needs_real_gpu()
+  seen = []
+
+  def cb(ctx, out, x):
+    def export():
+      try:
+        out.__dlpack__(stream=2)
+        seen.append("exported")
+      except BufferError as e:
+        seen.append(str(e))
+
+    t = threading.Thread(target=export)
+    t.start()
+    t.join()
+    out.__dlpack__(stream=2)  # on the callback's own thread: ordered
+
+  f = jax.jit(hcb.buffer_callback(cb, F32_4))
+  f(jax.device_put(jnp.ones(4), gpu)).block_until_ready()
+  assert len(seen) == 1, seen
+  assert "from a thread other than the buffer_callback's" in seen[0]
 
 
 def test_jax_buffers_answer_the_same_protocols(gpu, cupy):

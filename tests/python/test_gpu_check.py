@@ -38,6 +38,25 @@ def test_gpu_check_without_a_gpu_fails_at_once_and_says_why(tmp_path):
   assert (tmp_path / "check" / "gpu.log").exists()
 
 
+def test_gpu_check_fails_for_checks_its_budget_left_no_time_for(tmp_path):
+  # A budget spent before a check starts leaves that check unrun: a GPU run
+  # that did not check everything must not pass, and the total says which
+  # were not run.  (5 s: nothing starts, so no build touches this venv.)
+  done = subprocess.run(
+      [sys.executable, str(REPO / "tools" / "gpu_check.py"), "--out",
+       str(tmp_path / "check"), "--budget", "5"], capture_output=True,
+      text=True, env={**os.environ, "HCB_GPU_DRY_RUN": "1"}, timeout=120)
+  assert done.returncode == 1, done.stdout + done.stderr
+  lines = done.stdout.splitlines()
+  checks = lines[1:-1]
+  assert len(checks) == 4 + len(PROBES) + 1  # gpu, build, suite, example
+  assert all(line.startswith("FAIL") and
+             "not run: the 5 s budget is spent" in line for line in checks)
+  names = [line.split()[1] for line in checks]
+  assert lines[-1].startswith(f"gpu-check: 0 passed, {len(checks)} failed")
+  assert lines[-1].endswith("; not run, out of time: " + ", ".join(names))
+
+
 @pytest.mark.parametrize("probe", PROBES, ids=lambda p: p.stem)
 def test_each_probe_runs_in_a_dry_run(probe):
   done = subprocess.run(

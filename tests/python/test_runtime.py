@@ -270,10 +270,17 @@ def test_stats_per_device(collect):
   s = hcb.stats()
   dev = s["devices"][str(jax.devices()[0])]
   for key in ("records_in", "bytes_in", "records_out", "bytes_out",
-              "queued_records", "queued_bytes", "high_water_bytes",
-              "producer_waits", "producer_wait_ns", "errors"):
+              "queued_records", "queued_bytes", "reserved_records",
+              "reserved_bytes", "high_water_bytes", "producer_waits",
+              "producer_wait_ns", "errors"):
     assert key in s and key in dev
   assert dev["records_out"] >= 1 and dev["bytes_out"] >= 40
+  # after the barrier nothing is queued or on its way, in records or bytes
+  # alike, and every byte in came out
+  for counts in (s, dev):
+    assert counts["queued_records"] == counts["queued_bytes"] == 0, counts
+    assert counts["reserved_records"] == counts["reserved_bytes"] == 0
+    assert counts["bytes_in"] == counts["bytes_out"]
 
 
 def test_dtype_codes_and_execution_stages_are_xla_s():

@@ -1,6 +1,9 @@
 """Probe: a tap does not make its computation's dispatch wait for the
 stream: the dispatch returns while the GPU still computes what comes
-before the tap, and the tap runs later, once the GPU gets there."""
+before the tap, and the tap runs later, once the GPU gets there.  And the
+tap never waited for the stream on XLA's thread either (the pinned pool's
+``syncs`` stay 0): were JAX to dispatch GPU work on a thread of its own,
+an early return alone would prove nothing of the tap."""
 
 from probe import DRY_RUN, device, done
 
@@ -27,8 +30,12 @@ out = program(x)
 ready, tapped = out.is_ready(), len(seen)
 out.block_until_ready()
 hcb.barrier_wait()
+pool = hcb.stats()["devices"].get(str(device()), {}).get("pinned_pool")
 message = (f"after the dispatch returned: result ready {ready}, tap run "
-           f"{tapped - 1} time(s); then {len(seen) - 1} time(s)")
+           f"{tapped - 1} time(s); then {len(seen) - 1} time(s); pinned "
+           f"pool {pool}")
 if DRY_RUN:
-  done(len(seen) == 2, message + " (not timed on a CPU)")
-done(not ready and tapped == 1 and len(seen) == 2, message)
+  done(len(seen) == 2 and pool is None,
+       message + " (not timed on a CPU, which has no pinned pool)")
+done(not ready and tapped == 1 and len(seen) == 2 and pool is not None
+     and pool["syncs"] == 0, message)
