@@ -36,10 +36,10 @@ from host_callback._native import NativeCallback
 from host_callback._native import NativeTap
 from host_callback._native import native_call
 from host_callback._native import native_tap
-from host_callback._print import id_print
 from host_callback._runtime import barrier_wait
 from host_callback._runtime import stats
 from host_callback._runtime import stop_outfeed_receiver
+from host_callback._tap import id_print
 from host_callback._tap import id_tap
 from host_callback._types import CallbackException
 from host_callback._types import CallbackFlavor

@@ -1,4 +1,8 @@
-"""``id_tap`` and the ``hcb_tap`` primitive.
+"""``id_tap``, ``id_print`` and the ``hcb_tap`` primitive.
+
+``id_print`` is ``id_tap`` with a tap that prints, an ``_print.Printer``
+(which formats the text); ``id_tap`` of a ``logging.Logger`` taps with one
+too.
 
 Transformations: under ``vmap`` the tap runs once on the batched values and
 ``transforms`` gains ``('batch', {'batch_dims': ...})``; under ``jvp`` it
@@ -20,7 +24,7 @@ dispatch path.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import jax
 import numpy as np
@@ -38,9 +42,13 @@ from host_callback import _jax
 from host_callback import _leaves
 from host_callback import _lowering
 from host_callback import _native
+from host_callback import _print
 from host_callback import _runtime
 from host_callback._native import NativeTap
 from host_callback._types import CallbackFlavor
+
+if TYPE_CHECKING:
+  from _typeshed import SupportsWrite
 
 tap_p = Primitive("hcb_tap")
 tap_p.multiple_results = True
@@ -227,11 +235,9 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
         "pre-apply keyword arguments, either by using a closure or by "
         "passing ``functools.partial(tap_func, **kwargs)``.")
   if isinstance(tap_func, logging.Logger):
-    from host_callback import _print  # it taps with id_tap
-    return _print.id_print(arg, result=result,
-                           tap_with_device=tap_with_device,
-                           device_index=device_index, output_stream=tap_func,
-                           callback_flavor=callback_flavor)
+    return id_print(arg, result=result, tap_with_device=tap_with_device,
+                    device_index=device_index, output_stream=tap_func,
+                    callback_flavor=callback_flavor)
   native = _native.is_native(tap_func, NativeTap, "id_tap")
   if not (native or callable(tap_func)):
     raise TypeError(f"tap_func must be callable, got {tap_func!r}")
@@ -262,3 +268,47 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
   if result is None:
     return treedef.unflatten(_leaves.rewrap_keys(leaves, outs[:len(tapped)]))
   return res_treedef.unflatten(_leaves.rewrap_keys(res_leaves, outs[len(tapped):]))
+
+
+def id_print(arg: Any, *, result: Any = None, tap_with_device: bool = False,
+             device_index: int = 0,
+             output_stream: SupportsWrite[str] | logging.Logger | None = None,
+             threshold: int | None = None,
+             callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
+             **kwargs: Any) -> Any:
+  """Like :func:`id_tap` with a tap that prints ``arg`` on the host.
+
+  Each tap prints the keyword arguments, if any, as ``k: v`` pairs sorted
+  by key on one line (with ``transforms`` under a transformation and
+  ``device`` with ``tap_with_device``), then ``arg``: tuples as ``( a b )``,
+  lists as ``[ a b ]``, dicts as ``{ k=a }``, broken over lines when longer
+  than 80 columns, and arrays exactly as ``numpy.array2string`` prints them
+  with the print options in effect when the function is traced.  Lines of
+  one tap are never interleaved with another's.
+
+  Args:
+    arg: the pytree of arrays to print; returned (unless ``result``).
+    result: if given, returned instead of ``arg``, after the print.
+    tap_with_device: also print the device the value comes from.
+    device_index: which device prints in a multi-device computation.
+    output_stream: an object with a ``write(str)`` method; each chunk is
+      written as ``write(s + "\\n")``.  Default: ``sys.stdout``.  Or a
+      ``logging.Logger``: each tap is one ``INFO`` record whose message is
+      the text (its lines joined by newlines, no final one), with the
+      device in the record's ``extra`` (``record.device``: the
+      ``jax.Device`` with ``tap_with_device``, else None); formatted on the
+      consumer thread in Python, not in C.
+    threshold: ``numpy.array2string``'s threshold: arrays with more
+      elements are summarised with ``...`` (default: numpy's, 1000).
+    callback_flavor: see :class:`CallbackFlavor`.
+    **kwargs: printed before the value, ``str()``-ed when traced.
+
+  Returns:
+    ``arg``, or ``result`` if given.
+  """
+  device_index = _runtime.checked_device_index(device_index, "id_print")
+  printer = _print.Printer(
+      kwargs, output_stream, threshold,
+      tuple(map(_print._dtype_code, jax.tree_util.tree_leaves(arg))))
+  return id_tap(printer, arg, result=result, tap_with_device=tap_with_device,
+                device_index=device_index, callback_flavor=callback_flavor)
