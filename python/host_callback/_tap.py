@@ -36,6 +36,7 @@ from jax.interpreters import ad
 from jax.interpreters import batching
 from jax.interpreters import mlir
 
+from host_callback import _args
 from host_callback import _config
 from host_callback import _containers
 from host_callback import _jax
@@ -192,6 +193,26 @@ def _tap_inline(site: _runtime.TapSite, leaves: list[Any],
     func(value, site.transforms)
 
 
+# id_tap's and id_print's parameters, but the value: a keyword close to one
+# of them is taken for a misspelling.
+_PARAMETERS = ("result", "tap_with_device", "device_index", "callback_flavor")
+_PRINT_PARAMETERS = _PARAMETERS + ("output_stream", "threshold")
+
+
+def _unexpected_keywords(kwargs: dict[str, Any]) -> None:
+  """id_tap's error for keywords it does not take: a misspelled parameter
+  is named with the right spelling; other keywords get the removed
+  module's words (its users search for them)."""
+  name = sorted(kwargs)[0]
+  text = _args.unexpected_keyword("id_tap", name, _PARAMETERS)
+  if _args.closest(name, _PARAMETERS) is None:
+    text += (". Support for **kwargs in ``id_tap`` has been removed. "
+             "Instead, pre-apply keyword arguments, either by using a "
+             "closure or by passing "
+             "``functools.partial(tap_func, **kwargs)``.")
+  raise TypeError(text)
+
+
 def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
            arg: Any, *,
            result: Any = None, tap_with_device: bool = False,
@@ -230,20 +251,17 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
     ``arg``, or ``result`` if given.
   """
   if kwargs:
-    raise TypeError(
-        "Support for **kwargs in ``id_tap`` has been removed. Instead, "
-        "pre-apply keyword arguments, either by using a closure or by "
-        "passing ``functools.partial(tap_func, **kwargs)``.")
+    _unexpected_keywords(kwargs)
+  tap_with_device = _args.check_bool("id_tap", "tap_with_device",
+                                     tap_with_device)
   if isinstance(tap_func, logging.Logger):
     return id_print(arg, result=result, tap_with_device=tap_with_device,
                     device_index=device_index, output_stream=tap_func,
                     callback_flavor=callback_flavor)
   native = _native.is_native(tap_func, NativeTap, "id_tap")
-  if not (native or callable(tap_func)):
-    raise TypeError(f"tap_func must be callable, got {tap_func!r}")
-  if not isinstance(callback_flavor, CallbackFlavor):
-    raise TypeError("callback_flavor must be a CallbackFlavor, got "
-                    f"{callback_flavor!r}")
+  if not native:
+    _args.check_callable("id_tap", "tap_func", tap_func)
+  _args.check_flavor("id_tap", callback_flavor)
 
   device_index = _runtime.checked_device_index(device_index, "id_tap")
   leaves, treedef = _leaves.flatten(arg)
@@ -306,6 +324,13 @@ def id_print(arg: Any, *, result: Any = None, tap_with_device: bool = False,
   Returns:
     ``arg``, or ``result`` if given.
   """
+  _args.near_misses("id_print", kwargs, _PRINT_PARAMETERS,
+                    "labels to print")
+  _args.check_stream("id_print", output_stream)
+  threshold = _args.check_threshold("id_print", threshold)
+  tap_with_device = _args.check_bool("id_print", "tap_with_device",
+                                     tap_with_device)
+  _args.check_flavor("id_print", callback_flavor)
   device_index = _runtime.checked_device_index(device_index, "id_print")
   printer = _print.Printer(
       kwargs, output_stream, threshold,
