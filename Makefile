@@ -28,10 +28,10 @@ C_SOURCES = include/hcb/*.h src/*/*.[ch] python/_hcb/*.[ch] tests/c/*.[ch] tests
 # install tests, python3-venv and python3-dev for Debian's own Python 3.11.
 DEBIAN_PACKAGES := libcmocka-dev cmake ninja-build gcc g++ clang libclang-rt-dev clang-format \
   valgrind pkg-config git python3-venv python3-dev
-# The Python suites run on both cores (pytest-xdist); PYTEST_JOBS=0 runs them
-# in one process.
+# The Python suites run on both cores (pytest-xdist; each file in one worker,
+# in its order); PYTEST_JOBS=0 runs them in one process.
 PYTEST_JOBS ?= 2
-PYTEST = -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS)
+PYTEST = -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile
 # pip builds in build/py-<venv> (kept between runs); a plain `pip install .`
 # builds in a temporary directory instead.
 PIP_INSTALL = HCB_WERROR=ON $(1)/bin/python -m pip install -q --no-build-isolation --no-deps \
