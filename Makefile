@@ -46,13 +46,14 @@ PYVER = $(patsubst py%,%,$(firstword $(subst -, ,$(1))))
 demo: install
 	$(PY) examples/demo.py
 
-# Two cores: first everything but the Python suites, two targets at a time
-# (the C builds and tests, the fuzzer, mypy, the other virtualenvs, the pip
-# install tests), then each Python suite on both cores.
+# Two cores: first the C builds and tests, the fuzzer, mypy and the other
+# virtualenvs, two targets at a time; then each Python suite on both cores,
+# and the pip install tests (alone: a build with build isolation, timed by
+# pytest-timeout).
 test: install
 	$(MAKE) -j2 --output-sync=target format-check typecheck ctest ctest-asan ctest-tsan \
-	  ctest-valgrind fuzz setup-matrix test-install
-	$(MAKE) pytest pytest-matrix
+	  ctest-valgrind fuzz setup-matrix
+	$(MAKE) pytest pytest-matrix test-install
 
 # The fast loop: the C tests, then the Python tests of the public API and the
 # docs (tests/python/conftest.py, CHECK_FILES), on both cores.
