@@ -1,8 +1,8 @@
 # make demo   - set up everything (venv, pinned packages, Debian packages) and run the demo
 # make test   - set up everything and run every test: C (plain, ASan+UBSan, TSan, valgrind), the
 #               fuzzer, Python on every supported JAX, type checks and a pip install into a fresh venv
-# make check  - the fast loop (about 2 minutes): the C tests and the Python tests of the API most
-#               changes touch, on the development venv (README.md, "Contributing")
+# make check  - the fast loop (a minute or two on 2 idle cores): the C tests and the Python tests
+#               of the API most changes touch, on the development venv (README.md, "Contributing")
 #
 # Other targets: setup, install, ctest, ctest-asan, ctest-tsan, ctest-valgrind, fuzz, pytest,
 # pytest-matrix, test-install, typecheck, bench, bench-smoke, format, format-check, clean
