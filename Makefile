@@ -1,9 +1,12 @@
 # make demo   - set up everything (venv, pinned packages, Debian packages) and run the demo
-# make test   - set up everything and run every test: C (plain, ASan+UBSan, TSan), the fuzzer,
-#               Python on every supported JAX, type checks and a pip install into a fresh venv
+# make test   - set up everything and run every test: C (plain, ASan+UBSan, TSan, valgrind), the
+#               fuzzer, Python on every supported JAX, type checks and a pip install into a fresh venv
+# make check  - the fast loop (a minute or two on 2 idle cores): the C tests and the Python tests
+#               of the API most changes touch, on the development venv (README.md, "Contributing")
 #
-# Other targets: setup, install, ctest, ctest-ffi-newest, ctest-asan, ctest-tsan, fuzz, pytest, pytest-matrix,
-# test-install, typecheck, bench, bench-smoke, format, format-check, clean
+# Other targets: setup, install, ctest, ctest-ffi-newest, ctest-asan, ctest-tsan, ctest-valgrind,
+# fuzz, pytest, pytest-matrix, test-install, typecheck, bench, bench-smoke, format, format-check,
+# clean; test-clients, bench-clients (real libraries patched: tests/clients)
 # On a machine with an NVIDIA GPU (never part of `make test`; README.md, "GPU"):
 # gpu-check (everything below, in at most 8 minutes), test-gpu, bench-gpu;
 # gpu-wheels (run where there is network) brings what they need offline
@@ -19,7 +22,18 @@ PY := $(VENV)/bin/python
 XLA_INC = $(shell $(PY) -c "import jax.ffi; print(jax.ffi.include_dir())")
 CMAKE_C = cmake -S . -G Ninja -DHCB_BUILD_TESTS=ON -DHCB_WERROR=ON -DPython_EXECUTABLE=$(abspath $(PY))
 C_SOURCES = include/hcb/*.h src/*/*.[ch] python/_hcb/*.[ch] tests/c/*.[ch] tests/c/*.cpp examples/*/*.c fuzz/*.c
-DEBIAN_PACKAGES := libcmocka-dev cmake ninja-build gcc clang valgrind pkg-config
+# Every command a recipe or a test runs comes from one of these, from Debian's
+# essential packages, from the virtualenvs or from this checkout
+# (tests/python/test_makefile.py checks it): clang for ctest-asan/-tsan and
+# fuzz, with its sanitizer and libFuzzer runtimes (libclang-rt-dev, which
+# clang only recommends), clang-format for format-check, git for the pip
+# install tests, python3-venv and python3-dev for Debian's own Python 3.11.
+DEBIAN_PACKAGES := libcmocka-dev cmake ninja-build gcc g++ clang libclang-rt-dev clang-format \
+  valgrind pkg-config git python3-venv python3-dev
+# The Python suites run on both cores (pytest-xdist; each file in one worker,
+# in its order); PYTEST_JOBS=0 runs them in one process.
+PYTEST_JOBS ?= 2
+PYTEST = -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile
 # pip builds in build/py-<venv> (kept between runs); a plain `pip install .`
 # builds in a temporary directory instead.
 PIP_INSTALL = HCB_WERROR=ON $(1)/bin/python -m pip install -q --no-build-isolation --no-deps \
@@ -27,14 +41,27 @@ PIP_INSTALL = HCB_WERROR=ON $(1)/bin/python -m pip install -q --no-build-isolati
 # The Python version of a combination: py3.12-jax0.11.2 -> 3.12
 PYVER = $(patsubst py%,%,$(firstword $(subst -, ,$(1))))
 
-.PHONY: demo test setup debian install ctest ctest-ffi-newest ctest-asan ctest-tsan fuzz pytest pytest-matrix \
-  test-install typecheck bench bench-smoke format format-check clean \
-  gpu-wheels install-gpu test-gpu bench-gpu gpu-check
+.PHONY: demo test check setup setup-matrix debian install build-c ctest ctest-ffi-newest ctest-asan \
+  ctest-tsan ctest-valgrind fuzz pytest pytest-matrix test-install typecheck bench bench-smoke \
+  format format-check clean gpu-wheels install-gpu test-gpu bench-gpu gpu-check
 
 demo: install
 	$(PY) examples/demo.py
 
-test: install format-check typecheck ctest ctest-ffi-newest ctest-asan ctest-tsan fuzz pytest pytest-matrix test-install
+# Two cores: first the C builds and tests, the fuzzer, mypy and the other
+# virtualenvs, two targets at a time; then each Python suite on both cores,
+# and the pip install tests (alone: a build with build isolation, timed by
+# pytest-timeout).
+test: install
+	$(MAKE) -j2 --output-sync=target format-check typecheck ctest ctest-ffi-newest ctest-asan \
+	  ctest-tsan ctest-valgrind fuzz setup-matrix
+	$(MAKE) pytest pytest-matrix test-install
+
+# The fast loop: the C tests, then the Python tests of the public API and the
+# docs (tests/python/conftest.py, CHECK_FILES), on both cores.
+check: install
+	$(MAKE) ctest
+	$(PY) $(PYTEST) -m check tests/python
 
 # ---- setup ------------------------------------------------------------------
 debian:
@@ -62,13 +89,18 @@ $(VENV)/.deps: requirements/$(MAIN).txt | debian
 
 setup: $(VENV)/.deps
 
+setup-matrix: $(foreach m,$(MATRIX),.venv-$(m)/.deps)
+
 install: setup
 	$(call PIP_INSTALL,$(VENV))
 
 # ---- C tests ----------------------------------------------------------------
-ctest: setup
+# The plain build (ctest and ctest-valgrind run its tests).
+build-c: setup
 	$(CMAKE_C) -B build/c -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	cmake --build build/c
+
+ctest: build-c
 	ctest --test-dir build/c --output-on-failure
 
 # The same tests built against the newest supported XLA FFI header (the
@@ -92,6 +124,16 @@ ctest-tsan: setup
 	cmake --build build/tsan
 	TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build/tsan --output-on-failure
 
+# The plain build's C tests under valgrind's memcheck: reads of uninitialised
+# memory (which no sanitizer here sees) and definite leaks.  HCB_VALGRIND=1
+# skips the two cases whose premise valgrind does not give (test_print's
+# flush-to-zero, test_ffi_cuda's stream that never makes a tap wait).
+ctest-valgrind: build-c
+	for t in build/c/test_*; do log=build/c/valgrind-$${t##*/}.log; echo "valgrind $$t"; \
+	  HCB_VALGRIND=1 timeout 900 valgrind -q --error-exitcode=99 --leak-check=full \
+	    --errors-for-leak-kinds=definite --show-leak-kinds=definite $$t >$$log 2>&1 \
+	  || { cat $$log; echo "valgrind $$t failed"; exit 1; }; done
+
 # ---- fuzzing (clang's libFuzzer) --------------------------------------------
 # A short run from the committed seeds in fuzz/corpus/print; what it learns
 # goes to build/fuzz/corpus, a crashing input to build/fuzz/ (and fails).
@@ -106,7 +148,7 @@ fuzz: setup
 
 # ---- Python tests -----------------------------------------------------------
 pytest: install
-	$(PY) -m pytest -q tests/python
+	$(PY) $(PYTEST) tests/python
 
 # The Python suite on the other supported JAX versions.  The last (newest)
 # combination runs a package built against the oldest supported XLA FFI
@@ -116,7 +158,7 @@ pytest-matrix: $(addprefix pytest-,$(MATRIX))
 
 pytest-py%: .venv-py%/.deps setup
 	$(if $(filter py$*,$(lastword $(MATRIX))),HCB_XLA_INCLUDE_DIR=$(XLA_INC)) $(call PIP_INSTALL,.venv-py$*)
-	.venv-py$*/bin/python -m pytest -q -p no:cacheprovider tests/python
+	.venv-py$*/bin/python $(PYTEST) tests/python
 
 # `pip install .` as a user runs it: build isolation, a fresh venv, PyPI.
 test-install: setup

@@ -38,9 +38,9 @@ def batch_by_method(args: Sequence[Any], dims: Sequence[Any], *,
   if vmap_method is None:
     raise NotImplementedError(
         f"{legacy_message}{what} under vmap needs a vmap_method: pass "
-        "vmap_method='sequential' (one call per batch element), "
-        "'expand_dims' or 'broadcast_all' (one call with batched arrays), "
-        "as for jax.pure_callback.")
+        "vmap_method='sequential' or 'sequential_unrolled' (one call per "
+        "batch element), 'expand_dims' or 'broadcast_all' (one call with "
+        "batched arrays), as for jax.pure_callback.")
   size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
   args = [x if d is None else jax.numpy.moveaxis(x, d, 0)
           for x, d in zip(args, dims)]

@@ -24,6 +24,7 @@ from jax.interpreters import ad
 from jax.interpreters import batching
 from jax.interpreters import mlir
 
+from host_callback import _args
 from host_callback import _batching
 from host_callback import _containers
 from host_callback import _hcb
@@ -203,6 +204,34 @@ def _static_aliases(input_output_aliases: Mapping[int, int] | None,
   return tuple(aliases)
 
 
+def _result_aval(leaf: Any, result_shape_dtypes: Any) -> ShapedArray:
+  """One leaf of ``result_shape_dtypes`` as an aval, or a clear error."""
+  try:
+    return ShapedArray(leaf.shape, leaf.dtype)
+  except Exception:
+    raise TypeError(
+        "buffer_callback: result_shape_dtypes must be a pytree whose leaves "
+        "have 'shape' and 'dtype' (e.g. jax.ShapeDtypeStruct), got the leaf "
+        f"{leaf!r} ({type(leaf).__name__}) in {result_shape_dtypes!r}"
+    ) from None
+
+
+def _check_aliases(aliases: Any) -> None:
+  """``input_output_aliases``: None or a mapping of input index to output
+  index (the ranges are checked per call, as JAX does)."""
+  if aliases is None:
+    return
+  if not isinstance(aliases, Mapping):
+    raise TypeError(
+        "buffer_callback: input_output_aliases must be None or a dict of "
+        "input index to output index, got "
+        f"{aliases!r} ({type(aliases).__name__})")
+  for i, o in aliases.items():
+    _args.check_index("buffer_callback", "an input_output_aliases key", i)
+    _args.check_index("buffer_callback", "an input_output_aliases value", o)
+
+
+@_args.keywords("buffer_callback")
 def buffer_callback(callback: Callable[..., None] | NativeCallback,
                     result_shape_dtypes: Any, *,
                     has_side_effect: bool = False,
@@ -247,13 +276,18 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
   Returns:
     A function of arrays (pytrees) that returns the results as JAX arrays.
   """
-  if not (_native.is_native(callback, NativeCallback, "buffer_callback")
-          or callable(callback)):
-    raise TypeError(f"callback must be callable, got {callback!r}")
+  if not _native.is_native(callback, NativeCallback, "buffer_callback"):
+    _args.check_callable("buffer_callback", "callback", callback)
   _batching.check_vmap_method(vmap_method)
+  has_side_effect = _args.check_bool("buffer_callback", "has_side_effect",
+                                     has_side_effect)
+  command_buffer_compatible = _args.check_bool(
+      "buffer_callback", "command_buffer_compatible",
+      command_buffer_compatible)
+  _check_aliases(input_output_aliases)
   out_treedef: Any  # jax.tree_util.PyTreeDef: jaxlib has no stub for it
   flat_shapes, out_treedef = jax.tree_util.tree_flatten(result_shape_dtypes)
-  result_avals = tuple(ShapedArray(x.shape, x.dtype)
+  result_avals = tuple(_result_aval(x, result_shape_dtypes)
                        for x in flat_shapes)
   flavor = (CallbackFlavor.IO_CALLBACK if has_side_effect
             else CallbackFlavor.PURE)

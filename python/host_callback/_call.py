@@ -23,6 +23,7 @@ from jax.interpreters import ad
 from jax.interpreters import batching
 from jax.interpreters import mlir
 
+from host_callback import _args
 from host_callback import _batching
 from host_callback import _config
 from host_callback import _containers
@@ -190,6 +191,7 @@ def _inline_result(site: CallSite, result: Any) -> Any:
 
 # ---- the API ----------------------------------------------------------------
 
+@_args.keywords("call")
 def call(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
          result_shape: Any = None, call_with_device: bool = False,
          device_index: int = 0,
@@ -263,11 +265,11 @@ def bind(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
   ``"legacy_vectorized"``."""
   native = _native.is_native(callback_func, NativeCallback,
                              "host_callback.call")
-  if not (native or callable(callback_func)):
-    raise TypeError(f"callback_func must be callable, got {callback_func!r}")
-  if not isinstance(callback_flavor, CallbackFlavor):
-    raise TypeError("callback_flavor must be a CallbackFlavor, got "
-                    f"{callback_flavor!r}")
+  if not native:
+    _args.check_callable("host_callback.call", "callback_func", callback_func)
+  _args.check_flavor("host_callback.call", callback_flavor)
+  call_with_device = _args.check_bool("host_callback.call", "call_with_device",
+                                      call_with_device)
   if vmap_method != "legacy_vectorized" or api != "pure_callback":
     _batching.check_vmap_method(vmap_method)
   device_index = _runtime.checked_device_index(device_index,

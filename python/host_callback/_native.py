@@ -15,6 +15,9 @@ import os
 from _ctypes import CFuncPtr
 from typing import Any
 
+import numpy as np
+
+from host_callback import _args
 from host_callback import _hcb
 
 # A C function as native_tap and native_call take it: a ctypes function
@@ -49,12 +52,31 @@ def _address_of(fn: CFunction, symbol: str | None,
   if isinstance(fn, bool):
     raise TypeError(f"{what}: expected a C function, got {fn!r}")
   if isinstance(fn, int):
+    if not 0 <= fn < 2**64:
+      raise ValueError(f"{what}: a function's address is from 1 to "
+                       f"2**64 - 1, got {fn}")
     return fn, None, hex(fn)
   if isinstance(fn, CFuncPtr):
     return (ctypes.cast(fn, ctypes.c_void_p).value or 0, fn,
             getattr(fn, "__name__", None) or "")
   raise TypeError(f"{what}: expected a ctypes function pointer, an address "
                   f"or a library path and symbol, got {fn!r}")
+
+
+def _user_address(user: Any, what: str) -> int:
+  """``user`` (None, an address or a ``ctypes.c_void_p``) as an address."""
+  if isinstance(user, ctypes.c_void_p):
+    user = user.value
+  if user is None:
+    return 0
+  if isinstance(user, bool) or not isinstance(user, (int, np.integer)):
+    raise TypeError(f"{what}: user must be an address (an int such as "
+                    "ctypes.addressof(obj)), a ctypes.c_void_p or None, got "
+                    f"{user!r} ({type(user).__name__})")
+  if not 0 <= user < 2**64:
+    raise ValueError(f"{what}: user must be an address from 0 to 2**64 - 1, "
+                     f"got {int(user)}")
+  return int(user)
 
 
 class _Native:
@@ -66,15 +88,15 @@ class _Native:
   def __init__(self, fn: CFunction, symbol: str | None = None, *,
                user: int | ctypes.c_void_p | None = None,
                name: str | None = None):
+    _args.check_str(self._what, "symbol", symbol, optional=True)
+    _args.check_str(self._what, "name", name, optional=True)
     address, keep, default_name = _address_of(fn, symbol, self._what)
     if not address:
       raise ValueError(f"{self._what}: {fn!r} is not a C function pointer "
                        "(NULL)")
-    if isinstance(user, ctypes.c_void_p):
-      user = user.value
     self.fn = keep  # keeps a ctypes library or function alive
     self.address = address
-    self.user = int(user or 0)
+    self.user = _user_address(user, self._what)
     self.name = name or default_name or hex(address)
 
   def __hash__(self) -> int:
@@ -147,6 +169,7 @@ def is_native(func: Any, want: type[_Native], where: str) -> bool:
   return isinstance(func, want)
 
 
+@_args.keywords("native_tap")
 def native_tap(fn: CFunction, symbol: str | None = None, *,
                user: int | ctypes.c_void_p | None = None,
                name: str | None = None) -> NativeTap:
@@ -169,6 +192,7 @@ def native_tap(fn: CFunction, symbol: str | None = None, *,
   return NativeTap(fn, symbol, user=user, name=name)
 
 
+@_args.keywords("native_call")
 def native_call(fn: CFunction, symbol: str | None = None, *,
                 user: int | ctypes.c_void_p | None = None,
                 name: str | None = None) -> NativeCallback:

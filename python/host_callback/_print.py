@@ -1,4 +1,6 @@
-"""``id_print``: ``id_tap`` with a tap that prints, formatted in C.
+"""What ``id_print`` prints: its tap function, a ``Printer``, formatted in C.
+
+``id_print`` itself (in _tap.py) is ``id_tap`` with a ``Printer`` as its tap.
 
 Each tap writes up to two chunks, each with ``output_stream.write(s +
 "\\n")`` (or to ``sys.stdout``, as ``print`` would):
@@ -36,13 +38,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
-import jax
 import numpy as np
 
 from host_callback import _hcb
 from host_callback import _leaves
 from host_callback import _runtime
-from host_callback import _tap
 from host_callback._types import CallbackFlavor
 
 if TYPE_CHECKING:
@@ -311,48 +311,3 @@ def _treedef_nodes(treedef: Any, key: str | None, out: list[PrintNode]) -> bool:
   else:
     return False
   return all(_treedef_nodes(c, k, out) for c, k in zip(children, keys))
-
-
-def id_print(arg: Any, *, result: Any = None, tap_with_device: bool = False,
-             device_index: int = 0,
-             output_stream: SupportsWrite[str] | logging.Logger | None = None,
-             threshold: int | None = None,
-             callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
-             **kwargs: Any) -> Any:
-  """Like :func:`id_tap` with a tap that prints ``arg`` on the host.
-
-  Each tap prints the keyword arguments, if any, as ``k: v`` pairs sorted
-  by key on one line (with ``transforms`` under a transformation and
-  ``device`` with ``tap_with_device``), then ``arg``: tuples as ``( a b )``,
-  lists as ``[ a b ]``, dicts as ``{ k=a }``, broken over lines when longer
-  than 80 columns, and arrays exactly as ``numpy.array2string`` prints them
-  with the print options in effect when the function is traced.  Lines of
-  one tap are never interleaved with another's.
-
-  Args:
-    arg: the pytree of arrays to print; returned (unless ``result``).
-    result: if given, returned instead of ``arg``, after the print.
-    tap_with_device: also print the device the value comes from.
-    device_index: which device prints in a multi-device computation.
-    output_stream: an object with a ``write(str)`` method; each chunk is
-      written as ``write(s + "\\n")``.  Default: ``sys.stdout``.  Or a
-      ``logging.Logger``: each tap is one ``INFO`` record whose message is
-      the text (its lines joined by newlines, no final one), with the
-      device in the record's ``extra`` (``record.device``: the
-      ``jax.Device`` with ``tap_with_device``, else None); formatted on the
-      consumer thread in Python, not in C.
-    threshold: ``numpy.array2string``'s threshold: arrays with more
-      elements are summarised with ``...`` (default: numpy's, 1000).
-    callback_flavor: see :class:`CallbackFlavor`.
-    **kwargs: printed before the value, ``str()``-ed when traced.
-
-  Returns:
-    ``arg``, or ``result`` if given.
-  """
-  device_index = _runtime.checked_device_index(device_index, "id_print")
-  printer = Printer(kwargs, output_stream, threshold,
-                    tuple(map(_dtype_code, jax.tree_util.tree_leaves(arg))))
-  return _tap.id_tap(printer, arg, result=result,
-                     tap_with_device=tap_with_device,
-                     device_index=device_index,
-                     callback_flavor=callback_flavor)

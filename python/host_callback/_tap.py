@@ -1,4 +1,8 @@
-"""``id_tap`` and the ``hcb_tap`` primitive.
+"""``id_tap``, ``id_print`` and the ``hcb_tap`` primitive.
+
+``id_print`` is ``id_tap`` with a tap that prints, an ``_print.Printer``
+(which formats the text); ``id_tap`` of a ``logging.Logger`` taps with one
+too.
 
 Transformations: under ``vmap`` the tap runs once on the batched values and
 ``transforms`` gains ``('batch', {'batch_dims': ...})``; under ``jvp`` it
@@ -20,7 +24,7 @@ dispatch path.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import jax
 import numpy as np
@@ -33,15 +37,20 @@ from jax.interpreters import ad
 from jax.interpreters import batching
 from jax.interpreters import mlir
 
+from host_callback import _args
 from host_callback import _config
 from host_callback import _containers
 from host_callback import _jax
 from host_callback import _leaves
 from host_callback import _lowering
 from host_callback import _native
+from host_callback import _print
 from host_callback import _runtime
 from host_callback._native import NativeTap
 from host_callback._types import CallbackFlavor
+
+if TYPE_CHECKING:
+  from _typeshed import SupportsWrite
 
 tap_p = Primitive("hcb_tap")
 tap_p.multiple_results = True
@@ -202,6 +211,26 @@ def _tap_inline(site: _runtime.TapSite, leaves: list[Any],
     func(value, site.transforms)
 
 
+# id_tap's and id_print's parameters, but the value: a keyword close to one
+# of them is taken for a misspelling.
+_PARAMETERS = ("result", "tap_with_device", "device_index", "callback_flavor")
+_PRINT_PARAMETERS = _PARAMETERS + ("output_stream", "threshold")
+
+
+def _unexpected_keywords(kwargs: dict[str, Any]) -> None:
+  """id_tap's error for keywords it does not take: a misspelled parameter
+  is named with the right spelling; other keywords get the removed
+  module's words (its users search for them)."""
+  name = sorted(kwargs)[0]
+  text = _args.unexpected_keyword("id_tap", name, _PARAMETERS)
+  if _args.closest(name, _PARAMETERS) is None:
+    text += (". Support for **kwargs in ``id_tap`` has been removed. "
+             "Instead, pre-apply keyword arguments, either by using a "
+             "closure or by passing "
+             "``functools.partial(tap_func, **kwargs)``.")
+  raise TypeError(text)
+
+
 def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
            arg: Any, *,
            result: Any = None, tap_with_device: bool = False,
@@ -240,22 +269,17 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
     ``arg``, or ``result`` if given.
   """
   if kwargs:
-    raise TypeError(
-        "Support for **kwargs in ``id_tap`` has been removed. Instead, "
-        "pre-apply keyword arguments, either by using a closure or by "
-        "passing ``functools.partial(tap_func, **kwargs)``.")
+    _unexpected_keywords(kwargs)
+  tap_with_device = _args.check_bool("id_tap", "tap_with_device",
+                                     tap_with_device)
   if isinstance(tap_func, logging.Logger):
-    from host_callback import _print  # it taps with id_tap
-    return _print.id_print(arg, result=result,
-                           tap_with_device=tap_with_device,
-                           device_index=device_index, output_stream=tap_func,
-                           callback_flavor=callback_flavor)
+    return id_print(arg, result=result, tap_with_device=tap_with_device,
+                    device_index=device_index, output_stream=tap_func,
+                    callback_flavor=callback_flavor)
   native = _native.is_native(tap_func, NativeTap, "id_tap")
-  if not (native or callable(tap_func)):
-    raise TypeError(f"tap_func must be callable, got {tap_func!r}")
-  if not isinstance(callback_flavor, CallbackFlavor):
-    raise TypeError("callback_flavor must be a CallbackFlavor, got "
-                    f"{callback_flavor!r}")
+  if not native:
+    _args.check_callable("id_tap", "tap_func", tap_func)
+  _args.check_flavor("id_tap", callback_flavor)
 
   device_index = _runtime.checked_device_index(device_index, "id_tap")
   leaves, treedef = _leaves.flatten(arg)
@@ -280,3 +304,54 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
   if result is None:
     return treedef.unflatten(_leaves.rewrap_keys(leaves, outs[:len(tapped)]))
   return res_treedef.unflatten(_leaves.rewrap_keys(res_leaves, outs[len(tapped):]))
+
+
+def id_print(arg: Any, *, result: Any = None, tap_with_device: bool = False,
+             device_index: int = 0,
+             output_stream: SupportsWrite[str] | logging.Logger | None = None,
+             threshold: int | None = None,
+             callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
+             **kwargs: Any) -> Any:
+  """Like :func:`id_tap` with a tap that prints ``arg`` on the host.
+
+  Each tap prints the keyword arguments, if any, as ``k: v`` pairs sorted
+  by key on one line (with ``transforms`` under a transformation and
+  ``device`` with ``tap_with_device``), then ``arg``: tuples as ``( a b )``,
+  lists as ``[ a b ]``, dicts as ``{ k=a }``, broken over lines when longer
+  than 80 columns, and arrays exactly as ``numpy.array2string`` prints them
+  with the print options in effect when the function is traced.  Lines of
+  one tap are never interleaved with another's.
+
+  Args:
+    arg: the pytree of arrays to print; returned (unless ``result``).
+    result: if given, returned instead of ``arg``, after the print.
+    tap_with_device: also print the device the value comes from.
+    device_index: which device prints in a multi-device computation.
+    output_stream: an object with a ``write(str)`` method; each chunk is
+      written as ``write(s + "\\n")``.  Default: ``sys.stdout``.  Or a
+      ``logging.Logger``: each tap is one ``INFO`` record whose message is
+      the text (its lines joined by newlines, no final one), with the
+      device in the record's ``extra`` (``record.device``: the
+      ``jax.Device`` with ``tap_with_device``, else None); formatted on the
+      consumer thread in Python, not in C.
+    threshold: ``numpy.array2string``'s threshold: arrays with more
+      elements are summarised with ``...`` (default: numpy's, 1000).
+    callback_flavor: see :class:`CallbackFlavor`.
+    **kwargs: printed before the value, ``str()``-ed when traced.
+
+  Returns:
+    ``arg``, or ``result`` if given.
+  """
+  _args.near_misses("id_print", kwargs, _PRINT_PARAMETERS,
+                    "labels to print")
+  _args.check_stream("id_print", output_stream)
+  threshold = _args.check_threshold("id_print", threshold)
+  tap_with_device = _args.check_bool("id_print", "tap_with_device",
+                                     tap_with_device)
+  _args.check_flavor("id_print", callback_flavor)
+  device_index = _runtime.checked_device_index(device_index, "id_print")
+  printer = _print.Printer(
+      kwargs, output_stream, threshold,
+      tuple(map(_print._dtype_code, jax.tree_util.tree_leaves(arg))))
+  return id_tap(printer, arg, result=result, tap_with_device=tap_with_device,
+                device_index=device_index, callback_flavor=callback_flavor)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import threading
 from typing import Any, Callable, Generic, TypeVar
 
@@ -56,6 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from host_callback import _args
 from host_callback._tap import id_tap
 
 __all__ = ["PBar", "loop_tqdm", "scan_tqdm", "while_loop"]
@@ -278,17 +280,44 @@ class _Spec:
     return out
 
 
+def _check_tqdm_keywords(api: str, tqdm_class: Any,
+                         kwargs: dict[str, Any]) -> None:
+  """tqdm's keyword arguments, checked where the loop is decorated: tqdm
+  itself refuses an unknown one only when the bar is created, on the
+  host, when the loop runs."""
+  valid = {name for cls in tqdm_class.__mro__ if "__init__" in vars(cls)
+           for name, p in inspect.signature(cls.__init__).parameters.items()
+           if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+  valid -= {"self", "iterable"}
+  valid |= {"message"}  # jax-tqdm's alias of desc
+  for name in kwargs:
+    if name not in valid:
+      raise TypeError(_args.unexpected_keyword(
+          api, name, valid | {"print_rate", "tqdm_type"}) +
+          f" (it passes its other keyword arguments to {tqdm_class.__module__}"
+          f".{tqdm_class.__name__}, which takes: {', '.join(sorted(valid))})")
+
+
 def _spec(n: int | None, print_rate: int | None, tqdm_type: str,
-          kwargs: dict[str, Any]) -> _Spec:
-  """The settings of a decorated loop, checked as jax-tqdm checks them."""
+          kwargs: dict[str, Any], api: str) -> _Spec:
+  """The settings of a decorated loop, checked as jax-tqdm checks them,
+  and each parameter where the loop is decorated, by name."""
   tqdm_class = _tqdm_class(tqdm_type)
+  _check_tqdm_keywords(api, tqdm_class, kwargs)
+  if n is not None:
+    n = _args.check_index(api, "total" if api == "while_loop" else "n", n)
+  if print_rate is not None:
+    if isinstance(print_rate, bool) or not isinstance(
+        print_rate, (int, np.integer)):
+      raise TypeError(f"{api}: print_rate must be an int or None, got "
+                      f"{print_rate!r} ({type(print_rate).__name__})")
   kwargs = dict(kwargs)
   if n is None:
     desc = kwargs.pop("desc", "Running")
   else:
     desc = kwargs.pop("desc", f"Running for {n:,} iterations")
   desc = kwargs.pop("message", desc)
-  position = int(kwargs.pop("position", 0))
+  position = _args.check_index(api, "position", kwargs.pop("position", 0))
   kwargs.pop("total", None)  # the loop's length is the total
   if print_rate is None:
     rate = 1 if n is None else max(1, n // _DEFAULT_UPDATES)
@@ -336,7 +365,7 @@ def scan_tqdm(n: int, print_rate: int | None = None,
   Callable
     The decorator.
   """
-  spec = _spec(n, print_rate, tqdm_type, kwargs)
+  spec = _spec(n, print_rate, tqdm_type, kwargs, "scan_tqdm")
 
   def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
     def body(carry: Any, x: Any) -> tuple[Any, Any]:
@@ -378,7 +407,7 @@ def loop_tqdm(n: int, print_rate: int | None = None,
   Callable
     The decorator.
   """
-  spec = _spec(n, print_rate, tqdm_type, kwargs)
+  spec = _spec(n, print_rate, tqdm_type, kwargs, "loop_tqdm")
 
   def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
     def body(i: Any, val: Any) -> Any:
@@ -422,7 +451,8 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any],
   Any
     The loop's final value (a ``PBar`` when ``init_val`` is one).
   """
-  spec = _spec(total, None, tqdm_type, {"desc": "Running", **kwargs})
+  spec = _spec(total, None, tqdm_type, {"desc": "Running", **kwargs},
+               "while_loop")
   spec.print_rate = 1
   spec.close_at_total = False
   wrapped = isinstance(init_val, PBar)

@@ -501,6 +501,10 @@ test_a_record_larger_than_the_pool_still_passes(void **state)
     int64_t i;
 
     (void)state;
+    if (tu_under_valgrind()) { /* it serialises the stand-in stream's thread */
+        free(x);
+        skip(); /* so the pool may be full: the no-wait premise fails */
+    }
     for (i = 0; i < n; i++)
         x[i] = (int32_t)i + 77;
     assert_int_equal(tap(&small[0], 1, sink_id, msg), 0);

@@ -245,9 +245,9 @@ test_barrier_poll_interrupted(void **state)
     atomic_store(&g->release, 1);
     assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 1, 4), NULL),
                      HCB_OK);
-    assert_int_equal(hcb_runtime_barrier_poll(rt, HCB_ALL_DEVICES, 10000000u,
-                                              check_count, &calls, &err),
-                     HCB_OK);
+    /* A plain barrier: check_count, past 3, would interrupt this one too
+     * whenever the two taps take longer than one poll (a loaded machine). */
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, &err), HCB_OK);
     assert_int_equal(atomic_load(&g->total), 2);
     hcb_runtime_destroy(rt);
     free(g);

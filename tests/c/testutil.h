@@ -22,6 +22,16 @@
 
 #include "hcb/hcb.h"
 
+/* Under valgrind (make ctest-valgrind sets HCB_VALGRIND=1): a test whose
+ * premise valgrind does not give skips itself, saying why. */
+static inline int
+tu_under_valgrind(void)
+{
+    const char *v = getenv("HCB_VALGRIND");
+
+    return v != NULL && v[0] == '1';
+}
+
 /* ---- a failing allocator: the k-th allocation from now fails ----------- */
 
 static atomic_long tu_alloc_countdown = -1; /* -1: never fail */

@@ -47,6 +47,22 @@ class Collector:
       return [c[0] for c in self.calls]
 
 
+# `make check`, the fast loop: the tests of the API that most changes touch
+# (README.md, "Contributing").  The rest -- id_print's differential test of
+# 20,000 arrays, the runtime's robustness, lifetimes, several processes, the
+# benchmarks' smoke runs, the docs, the Makefile -- runs in `make test`.
+CHECK_FILES = {"test_id_tap.py", "test_call.py", "test_buffer_callback.py",
+               "test_dropins.py", "test_transforms.py", "test_native.py",
+               "test_arguments.py", "test_layers.py",
+               "test_jax_internals.py"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+  for item in items:
+    if item.path.name in CHECK_FILES:
+      item.add_marker(pytest.mark.check)
+
+
 @pytest.fixture
 def collect() -> Collector:
   return Collector()

@@ -5,6 +5,7 @@ runtime into the handlers) fails here, naming the file and the include."""
 
 from __future__ import annotations
 
+import ast
 import pathlib
 import re
 
@@ -59,3 +60,107 @@ def test_the_extension_uses_only_libhcbs_public_headers():
       if inc not in own and not inc.startswith("hcb/")
   ]
   assert not crossings, crossings
+
+
+# ---- the Python package: no import cycles ------------------------------------
+
+PACKAGE = REPO / "python" / "host_callback"
+
+
+def _module_names() -> set[str]:
+  """The package's modules: its Python files, and the extension (_hcb,
+  known by its stub), which imports none of them."""
+  return {p.stem for p in PACKAGE.iterdir() if p.suffix in (".py", ".pyi")}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+  return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+      isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imported_modules(path: pathlib.Path, modules: set[str]) -> set[str]:
+  """The package's modules that ``path`` imports, anywhere in it (inside
+  functions too; not under ``if TYPE_CHECKING:``, which never runs).  An
+  import of the package itself, or of a name it defines, is one of
+  ``__init__``."""
+  out: set[str] = set()
+
+  def target(dotted: str) -> str | None:
+    parts = dotted.split(".")
+    if parts[0] != "host_callback":
+      return None
+    return parts[1] if len(parts) > 1 and parts[1] in modules else "__init__"
+
+  def visit(node: ast.AST) -> None:
+    if isinstance(node, ast.If) and _is_type_checking(node.test):
+      for child in node.orelse:
+        visit(child)
+      return
+    if isinstance(node, ast.Import):
+      for alias in node.names:
+        if (t := target(alias.name)) is not None:
+          out.add(t)
+    elif isinstance(node, ast.ImportFrom):
+      base = ("host_callback" + ("." + node.module if node.module else "")
+              if node.level else node.module or "")
+      if base == "host_callback":
+        for alias in node.names:
+          out.add(alias.name if alias.name in modules else "__init__")
+      elif (t := target(base)) is not None:
+        out.add(t)
+    for child in ast.iter_child_nodes(node):
+      visit(child)
+
+  visit(ast.parse(path.read_text(), str(path)))
+  out.discard(path.stem)
+  return out
+
+
+def import_graph() -> dict[str, set[str]]:
+  """Module -> the package's modules it imports."""
+  modules = _module_names()
+  return {m: (_imported_modules(PACKAGE / f"{m}.py", modules)
+              if (PACKAGE / f"{m}.py").exists() else set())
+          for m in sorted(modules)}
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """One cycle (a -> b -> ... -> a) through each group of modules that
+  import one another, directly or not."""
+  cycles = []
+  done: set[str] = set()
+  for start in sorted(graph):
+    # Depth-first from start, through modules not yet in a reported cycle:
+    # a path back to start is a cycle.
+    stack = [(start, [start])]
+    seen = {start}
+    while stack:
+      node, path = stack.pop()
+      for nxt in sorted(graph[node]):
+        if nxt == start:
+          cycles.append(path + [start])
+          done.update(path)
+          stack = []
+          break
+        if nxt not in seen and nxt not in done:
+          seen.add(nxt)
+          stack.append((nxt, path + [nxt]))
+    done.add(start)
+  return cycles
+
+
+def test_the_import_graph_sees_every_kind_of_import():
+  graph = import_graph()
+  assert "_tap" in graph["__init__"]           # from host_callback._tap import
+  assert "_jax" in graph["_containers"]        # from host_callback import _jax
+  assert "__init__" in graph["__main__"]       # from host_callback import __version__
+  assert "_tap" in graph["progress"]
+  assert "_hcb" in graph["debug"] and not graph["_hcb"]  # the extension
+  assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [
+      ["a", "b", "c", "a"]]
+
+
+def test_no_module_of_the_package_imports_itself_back():
+  cycles = find_cycles(import_graph())
+  assert not cycles, "import cycles: " + "; ".join(
+      " -> ".join(c) for c in cycles)
