@@ -269,13 +269,20 @@ def fill_legacy_module(module: types.ModuleType) -> None:
   """Makes ``module`` host_callback's ``jax.experimental.host_callback``:
   the removed module's public API (``LEGACY_API``), host_callback's
   objects."""
-  import host_callback
+  from host_callback import _call
+  from host_callback import _runtime
+  from host_callback import _tap
+  from host_callback import _types
+  home = {"barrier_wait": _runtime, "call": _call, "id_print": _tap,
+          "id_tap": _tap, "stop_outfeed_receiver": _runtime,
+          "CallbackException": _types, "CallbackFlavor": _types,
+          "TapFunctionException": _types}
   module.__doc__ = (
       "jax.experimental.host_callback, served by host_callback (the "
       "removed module's API on its C runtime; see host_callback's "
       "docs/migrating.md).")
   for name in LEGACY_API:
-    setattr(module, name, getattr(host_callback, name))
+    setattr(module, name, getattr(home[name], name))
   module.__all__ = list(LEGACY_API)  # type: ignore[attr-defined]
   module.__getattr__ = _legacy_getattr  # type: ignore[method-assign]
   module.__host_callback__ = True  # type: ignore[attr-defined]
