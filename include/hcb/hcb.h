@@ -400,11 +400,37 @@ HCB_API void hcb_runtime_set_log(hcb_runtime *rt, hcb_log_fn fn, void *user);
 /* Queues `rec` for its device, waiting while the queue is over its bound
  * (back-pressure), and starts the device's consumer thread if needed.
  * Ownership of `rec` passes to the runtime whatever the result.  On error
- * (HCB_ENOMEM, HCB_ESYSTEM) the record has not been queued and is released,
- * except in the one case documented in docs/runtime.md (a consumer restart
- * that failed after a stop) where it waits in the queue for the next start. */
+ * (HCB_ENOMEM, HCB_ESYSTEM, or the submit check's HCB_ECALLBACK: see
+ * hcb_runtime_set_submit_check) the record has not been queued and is
+ * released, except in the one case documented in docs/runtime.md (a
+ * consumer restart that failed after a stop) where it waits in the queue for
+ * the next start. */
 HCB_API int hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec,
                                hcb_error *err);
+
+/* Returns nonzero to stop a submit for `device` that waits for room in a
+ * full queue; may write the reason into `err` (never NULL; its message is
+ * added to the submit's).  `*wait_state` is 0 at the first call of each
+ * wait and kept between the calls of one wait, for the check's own use. */
+typedef int (*hcb_submit_check_fn)(void *user, hcb_device device,
+                                   uint64_t *wait_state, hcb_error *err);
+
+/* Sets (or with `check` NULL, clears) the check of submits that wait for
+ * room: such a submit calls `check(user, device, &state, err)` as it starts
+ * to wait and then every `poll_ns`, in its own thread, with no lock held.
+ * When that returns nonzero the submit stops waiting and fails with
+ * HCB_ECALLBACK ("tap of N bytes on cpu:0 interrupted while waiting for
+ * room ...", with the check's reason): its record is released, never
+ * queued; the records queued before it are still delivered, and the queue
+ * works on.  For an embedder that must react while a device waits
+ * (Python's Ctrl-C).  The check runs on whatever thread submits (XLA's,
+ * CUDA's host-function thread): it must be quick and must not wait for the
+ * runtime.  `user` is borrowed and must outlive its use.  Thread-safe; a
+ * submit already waiting keeps the check it started with.  HCB_EINVAL for
+ * a zero `poll_ns` with a check. */
+HCB_API int hcb_runtime_set_submit_check(hcb_runtime *rt, uint64_t poll_ns,
+                                         hcb_submit_check_fn check, void *user,
+                                         hcb_error *err);
 
 /* Returns once every record submitted for `device` (or for every device,
  * with HCB_ALL_DEVICES) before the call has been consumed.  HCB_EDEADLK if

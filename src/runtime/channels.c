@@ -41,6 +41,8 @@ channel_new(hcb_runtime *rt, hcb_device device, hcb_error *err)
         return NULL;
     }
     hcb__queue_set_stall(&ch->queue, hcb__channel_stalled, ch, STALL_WARN_NS);
+    hcb__queue_set_check(&ch->queue, rt->submit_check, rt->submit_check_user,
+                         rt->submit_check_ns, device);
     if (hcb__mutex_init(&ch->lifecycle) != HCB_OK) {
         hcb__queue_destroy(&ch->queue);
         hcb__free(ch);
@@ -184,9 +186,29 @@ stop_channel(channel *ch)
     hcb__mutex_unlock(&ch->lifecycle);
 }
 
+/* The error of a submit whose check stopped its wait for room, with the
+ * check's reason if it wrote one into `err` (cleared before the push). */
+static int
+stopped_error(channel *ch, const hcb_record *rec, hcb_error *err)
+{
+    char why[HCB_ERROR_MESSAGE_SIZE];
+
+    snprintf(why, sizeof why, "%s", err->message);
+    return hcb_error_set(
+        err, HCB_ECALLBACK,
+        "tap of %zu bytes on %s:%d interrupted while waiting for room in its "
+        "queue (bound %zu bytes)%s%s; the records queued before it are still "
+        "delivered",
+        rec->size,
+        HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu",
+        (int)HCB_DEVICE_ORDINAL(ch->device), atomic_load(&ch->queue.max_bytes),
+        why[0] != '\0' ? ": " : "", why);
+}
+
 int
 hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec, hcb_error *err)
 {
+    hcb_error local;
     channel *ch;
     int rc;
 
@@ -201,8 +223,46 @@ hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec, hcb_error *err)
         hcb_record_release(rec);
         return rc;
     }
-    if (!hcb__queue_push(&ch->queue, rec, hcb__consumer == ch))
+    if (err == NULL)
+        err = &local;
+    err->code = HCB_OK;
+    err->message[0] = '\0';
+    switch (hcb__queue_push(&ch->queue, rec, hcb__consumer == ch, err)) {
+    case HCB__PUSH_QUEUED:
+        return HCB_OK;
+    case HCB__PUSH_NO_CONSUMER:
         return hcb__ensure_consumer(ch, true, err);
+    default: /* HCB__PUSH_STOPPED: the submit check ended the wait */
+        break;
+    }
+    rc = stopped_error(ch, rec, err);
+    hcb_record_release(rec);
+    return rc;
+}
+
+int
+hcb_runtime_set_submit_check(hcb_runtime *rt, uint64_t poll_ns,
+                             hcb_submit_check_fn check, void *user,
+                             hcb_error *err)
+{
+    size_t i;
+
+    if (check != NULL && poll_ns == 0)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "submit check interval must be positive, got 0");
+    hcb__mutex_lock(&rt->mu);
+    rt->submit_check = check;
+    rt->submit_check_user = check != NULL ? user : NULL;
+    rt->submit_check_ns = check != NULL ? poll_ns : 0;
+    for (i = 0; i < CHANNEL_SLOTS; i++) {
+        channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_relaxed);
+
+        if (ch != NULL)
+            hcb__queue_set_check(&ch->queue, rt->submit_check,
+                                 rt->submit_check_user, rt->submit_check_ns,
+                                 ch->device);
+    }
+    hcb__mutex_unlock(&rt->mu);
     return HCB_OK;
 }
 

@@ -52,6 +52,14 @@ typedef struct hcb__queue {
     void *stall_user;
     uint64_t stall_ns;
 
+    /* Under mu: called (no lock held) by a producer waiting for space as
+     * it starts to wait and every `check_ns`; nonzero ends its wait (see
+     * hcb__queue_set_check).  NULL: none.  `check_device` is passed on. */
+    hcb_submit_check_fn check_fn;
+    void *check_user;
+    uint64_t check_ns;
+    hcb_device check_device;
+
     /* Never a record: it stands in the list when the queue is empty, so
      * that a producer always has a `tail` to link after. */
     hcb_record stub;
@@ -64,8 +72,8 @@ void hcb__queue_destroy(hcb__queue *q);
  * waiter, and its lock and conditions new (their holders and waiters are
  * threads the child does not have).  The records queued or in delivery at
  * the fork are the parent's to deliver: they are left alone (not freed:
- * the ones in delivery are not reachable).  The bound and the stall
- * callback stay. */
+ * the ones in delivery are not reachable).  The bound, the stall callback
+ * and the check stay. */
 void hcb__queue_reset_after_fork(hcb__queue *q);
 
 void hcb__queue_set_max_bytes(hcb__queue *q, size_t max_bytes);
@@ -76,11 +84,29 @@ void hcb__queue_set_max_bytes(hcb__queue *q, size_t max_bytes);
 void hcb__queue_set_stall(hcb__queue *q, void (*fn)(void *, uint64_t),
                           void *user, uint64_t after_ns);
 
-/* Appends `rec` (ownership passes to the queue), waiting while it does not
- * fit under the bound.  Returns whether a consumer is active; if not, the
- * caller must start one.  `self_consumer` is true when the caller is this
- * queue's own consumer thread: it never waits (it would wait for itself). */
-bool hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer);
+/* Has a producer waiting for space call `fn(user, device, &state, err)` as
+ * it starts to wait and then every `every_ns`, with no lock held, in its own
+ * thread (`state` starts at 0 for each wait): when it returns nonzero the
+ * push stops waiting and fails (HCB__PUSH_STOPPED).  NULL: none.
+ * Thread-safe; producers already waiting keep the check they started with. */
+void hcb__queue_set_check(hcb__queue *q, hcb_submit_check_fn fn, void *user,
+                          uint64_t every_ns, hcb_device device);
+
+/* What hcb__queue_push did. */
+typedef enum {
+    HCB__PUSH_QUEUED = 0,      /* queued; a consumer is active */
+    HCB__PUSH_NO_CONSUMER = 1, /* queued; the caller must start a consumer */
+    HCB__PUSH_STOPPED = 2      /* not queued: the check ended the wait */
+} hcb__push_result;
+
+/* Appends `rec`, waiting while it does not fit under the bound.  Ownership
+ * passes to the queue once queued; with HCB__PUSH_STOPPED (the check of
+ * hcb__queue_set_check returned nonzero, and filled `err` when it could)
+ * the caller keeps it.  `self_consumer` is true when the caller is this
+ * queue's own consumer thread: it never waits (it would wait for itself).
+ * `err` may be NULL. */
+hcb__push_result hcb__queue_push(hcb__queue *q, hcb_record *rec,
+                                 bool self_consumer, hcb_error *err);
 
 /* Takes note that `done_records` popped records of `done_bytes` in all
  * are finished (0, 0: none); they are counted done in batches, at once if

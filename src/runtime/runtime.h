@@ -73,7 +73,9 @@
  *
  * Barriers that must react while they wait (Python's Ctrl-C) use
  * hcb_runtime_barrier_poll: the wait wakes every poll interval and calls
- * the caller's check, with no lock held.
+ * the caller's check, with no lock held.  A producer waiting for room does
+ * the same with the runtime's submit check (hcb_runtime_set_submit_check);
+ * a check that says stop fails that submit, and the record is released.
  */
 #ifndef HCB_RUNTIME_H
 #define HCB_RUNTIME_H
@@ -138,6 +140,11 @@ struct hcb_runtime {
 
     hcb_log_fn log_fn; /* under mu */
     void *log_user;    /* under mu */
+    /* The check of producers waiting for room (hcb_runtime_set_submit_check),
+     * given to each channel's queue; under mu. */
+    hcb_submit_check_fn submit_check;
+    void *submit_check_user;
+    uint64_t submit_check_ns;
 
     hcb__mutex err_mu;
     uint64_t pending_errors; /* under err_mu */

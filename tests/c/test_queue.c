@@ -57,7 +57,7 @@ push_one(void *arg)
 {
     pusher *p = arg;
 
-    hcb__queue_push(p->q, p->rec, false);
+    hcb__queue_push(p->q, p->rec, false, NULL);
     atomic_store(&p->done, 1);
     return NULL;
 }
@@ -89,8 +89,8 @@ check_resumes_after_one_record(bool finish_first)
 
     hcb_record_release(probe);
     assert_int_equal(hcb__queue_init(&q, 2 * rsize), HCB_OK); /* two fit */
-    hcb__queue_push(&q, tu_record(1, 0, 0, 16), false);
-    hcb__queue_push(&q, tu_record(1, 0, 1, 16), false);
+    hcb__queue_push(&q, tu_record(1, 0, 0, 16), false, NULL);
+    hcb__queue_push(&q, tu_record(1, 0, 1, 16), false, NULL);
     hcb__queue_set_consumer_active(&q, true);
     chain = hcb__queue_pop(&q, 0, 0); /* the consumer takes both */
     r0 = chain;
@@ -163,7 +163,7 @@ test_stall_callback_once_per_wait(void **state)
     assert_int_equal(hcb__queue_init(&q, probe->size), HCB_OK);
     hcb_record_release(probe);
     hcb__queue_set_stall(&q, on_stall, &log, 20000000u); /* 20 ms */
-    hcb__queue_push(&q, tu_record(1, 0, 0, 16), false);
+    hcb__queue_push(&q, tu_record(1, 0, 0, 16), false, NULL);
     hcb__queue_set_consumer_active(&q, true);
     chain = hcb__queue_pop(&q, 0, 0);
     p.rec = tu_record(1, 0, 1, 16);
@@ -197,7 +197,9 @@ test_fifo_order(void **state)
     assert_int_equal(hcb__queue_init(&q, 1 << 20), HCB_OK);
     c->q = &q;
     for (i = 0; i < 100; i++)
-        assert_false(hcb__queue_push(&q, tu_record(1, 0, i, 1), false));
+        assert_int_equal(
+            hcb__queue_push(&q, tu_record(1, 0, i, 1), false, NULL),
+            HCB__PUSH_NO_CONSUMER);
     start(c, &t);
     finish(c, t);
     assert_int_equal(c->n, 100);
@@ -226,7 +228,7 @@ test_backpressure_tiny_bound_slow_consumer(void **state)
     c->delay_us = 200;
     start(c, &t);
     for (i = 0; i < 300; i++) {
-        hcb__queue_push(&q, tu_record(1, 0, i, 16), false);
+        hcb__queue_push(&q, tu_record(1, 0, i, 16), false, NULL);
         assert_true(q.high_water <= 2 * rsize);
     }
     finish(c, t);
@@ -253,9 +255,9 @@ test_oversized_record_passes_alone(void **state)
     c->q = &q;
     c->delay_us = 1000;
     start(c, &t);
-    hcb__queue_push(&q, tu_record(1, 0, 1, 1000), false);
-    hcb__queue_push(&q, tu_record(1, 0, 2, 1000), false); /* waits */
-    hcb__queue_push(&q, tu_record(1, 0, 3, 1000), false);
+    hcb__queue_push(&q, tu_record(1, 0, 1, 1000), false, NULL);
+    hcb__queue_push(&q, tu_record(1, 0, 2, 1000), false, NULL); /* waits */
+    hcb__queue_push(&q, tu_record(1, 0, 3, 1000), false, NULL);
     /* Never two at once: the high-water mark is one record. */
     assert_true(q.high_water < 2 * 4000);
     finish(c, t);
@@ -279,7 +281,7 @@ test_wait_done_waits_for_consumption(void **state)
     c->delay_us = 500;
     start(c, &t);
     for (i = 0; i < 20; i++)
-        hcb__queue_push(&q, tu_record(1, 0, i, 1), false);
+        hcb__queue_push(&q, tu_record(1, 0, i, 1), false, NULL);
     hcb__queue_wait_done(&q);
     assert_int_equal(c->n, 20); /* read by this thread after the barrier */
     finish(c, t);
@@ -298,11 +300,13 @@ test_close_reports_inactive_consumer(void **state)
     assert_int_equal(hcb__queue_init(&q, 1 << 20), HCB_OK);
     c->q = &q;
     start(c, &t);
-    assert_true(hcb__queue_push(&q, tu_record(1, 0, 7, 1), false));
+    assert_int_equal(hcb__queue_push(&q, tu_record(1, 0, 7, 1), false, NULL),
+                     HCB__PUSH_QUEUED);
     finish(c, t);
     hcb__queue_reopen(&q);
     /* No consumer now: a push says so, and the record waits (stranded). */
-    assert_false(hcb__queue_push(&q, tu_record(1, 0, 8, 1), false));
+    assert_int_equal(hcb__queue_push(&q, tu_record(1, 0, 8, 1), false, NULL),
+                     HCB__PUSH_NO_CONSUMER);
     assert_true(hcb__queue_stranded(&q));
     start(c, &t);
     finish(c, t);
@@ -368,7 +372,7 @@ stress_produce(void *arg)
     for (i = 0; i < PER_PRODUCER; i++) {
         hcb__queue_push(p->s->q,
                         tu_record(1, 0, p->id * PER_PRODUCER + i, 1 + i % 40),
-                        false);
+                        false, NULL);
         if (i % 500 == 499) {
             hcb__queue_wait_done(p->s->q);
             if (atomic_load(&p->s->last[p->id]) < i)

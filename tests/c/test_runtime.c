@@ -191,6 +191,91 @@ test_barrier_poll_interrupted(void **state)
     free(g);
 }
 
+typedef struct stop_after {
+    atomic_int calls;
+    int stop_at; /* stops on this call */
+    bool say;    /* fills err with its own message */
+} stop_after;
+
+static int
+submit_check_count(void *user, hcb_device device, uint64_t *wait_state,
+                   hcb_error *err)
+{
+    stop_after *s = user;
+
+    assert_int_equal(device, 0); /* tu_record's device */
+    assert_int_equal(*wait_state, (uint64_t)atomic_load(&s->calls));
+    (*wait_state)++;
+    if (atomic_fetch_add(&s->calls, 1) + 1 < s->stop_at)
+        return 0;
+    if (s->say)
+        hcb_error_set(err, HCB_EINVAL, "stopped by the test");
+    return 1;
+}
+
+/* A submit waiting for room calls the runtime's submit check as it starts
+ * to wait and while the tap function holds the queue full (the wait's state
+ * starts at 0 and is kept); when the check says stop, that submit
+ * fails with HCB_ECALLBACK (the check's message, else the runtime's), its
+ * record is not queued, the queued records are still delivered, and the
+ * runtime goes on. */
+static void
+test_submit_check_stops_a_waiting_submit(void **state)
+{
+    hcb_record *probe = tu_record(1, 0, 0, 16);
+    hcb_runtime *rt = new_runtime(2 * hcb_record_size(probe));
+    gate *g = calloc(1, sizeof *g);
+    uint64_t id = register_gate(rt, g, 0);
+    stop_after stop = {0, 3, false}, say = {0, 2, true};
+    hcb_stats st = HCB_STATS_INIT;
+    hcb_error err;
+
+    (void)state;
+    hcb_record_release(probe);
+    assert_int_equal(
+        hcb_runtime_set_submit_check(rt, 0, submit_check_count, &stop, &err),
+        HCB_EINVAL);
+    assert_non_null(strstr(err.message, "interval"));
+    assert_int_equal(hcb_runtime_set_submit_check(
+                         rt, 5000000u, submit_check_count, &stop, &err),
+                     HCB_OK);
+    /* 0 is held by its tap function, 1 fills the queue (a record counts
+     * until its tap function returns) */
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 0, 16), NULL),
+                     HCB_OK);
+    wait_holding(g);
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 1, 16), NULL),
+                     HCB_OK);
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 2, 16), &err),
+                     HCB_ECALLBACK);
+    assert_non_null(strstr(err.message, "interrupted while waiting for room"));
+    assert_int_equal(atomic_load(&stop.calls), 3);
+    /* the check's own reason; set on a channel that exists already */
+    assert_int_equal(hcb_runtime_set_submit_check(
+                         rt, 5000000u, submit_check_count, &say, NULL),
+                     HCB_OK);
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 3, 16), &err),
+                     HCB_ECALLBACK);
+    assert_non_null(
+        strstr(err.message, "): stopped by the test; the records queued"));
+    /* cleared: a submit waits as long as it takes */
+    assert_int_equal(hcb_runtime_set_submit_check(rt, 0, NULL, NULL, NULL),
+                     HCB_OK);
+    atomic_store(&g->release, 1);
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 4, 16), NULL),
+                     HCB_OK);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(atomic_load(&g->total), 3); /* 0, 1 and 4 */
+    assert_int_equal(atomic_load(&g->seen[2]), 0);
+    assert_int_equal(atomic_load(&g->seen[3]), 0);
+    assert_int_equal(atomic_load(&g->seen[4]), 1);
+    assert_int_equal(hcb_runtime_stats(rt, HCB_ALL_DEVICES, &st, NULL), HCB_OK);
+    assert_int_equal(st.queued_bytes, 0);
+    assert_int_equal(st.records_in, 3);
+    hcb_runtime_destroy(rt);
+    free(g);
+}
+
 /* A forked child gets a runtime of its own: its taps are delivered, its
  * barrier returns, the parent's pending taps are delivered by the parent
  * alone. */
@@ -586,6 +671,7 @@ main(void)
         cmocka_unit_test(test_order_and_barrier),
         cmocka_unit_test(test_backpressure_per_record),
         cmocka_unit_test(test_barrier_poll_interrupted),
+        cmocka_unit_test(test_submit_check_stops_a_waiting_submit),
         cmocka_unit_test(test_fork_child_has_its_own_runtime),
         cmocka_unit_test(test_several_producers_one_device),
         cmocka_unit_test(test_devices_have_their_own_queues),
