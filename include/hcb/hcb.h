@@ -582,11 +582,18 @@ typedef enum hcb_print_kind {
                              of it, e.g. float32 0.1: "0.10000000149011612" */
 } hcb_print_kind;
 
+/* The strings are (pointer, length in bytes) and may hold any bytes, NUL
+ * included: they are copied into the text as they are.  Borrowed for the
+ * call.  UTF-8 text is measured in characters (the bytes that do not
+ * continue a character) when a container decides whether it fits on one
+ * line. */
 typedef struct hcb_print_node {
     hcb_print_kind kind;
     int32_t count;   /* containers: number of children */
     const char *key; /* a child of a DICT: its key, printed "key="; else NULL */
+    size_t key_len;
     const char *text; /* TEXT: the text; else NULL */
+    size_t text_len;
 } hcb_print_node;
 
 /* Formats a value the way id_print does (and debug.print, with CONCAT, TEXT,
@@ -594,8 +601,10 @@ typedef struct hcb_print_node {
  * and "{ k=a }", on one line when they fit in `opts->width` columns, else
  * one child per line indented by two per level (JAX's pretty printer), with
  * arrays as hcb_format_array prints them.  `nodes` must describe exactly
- * one tree that uses exactly `narrays` arrays.  Output and errors as
- * hcb_format_array. */
+ * one tree that uses exactly `narrays` arrays; it may nest as deep as it
+ * has nodes (it is walked without recursion).  Output and errors as
+ * hcb_format_array, except that the text holds the nodes' keys and texts
+ * byte for byte, NUL bytes included: `*len` is its length. */
 HCB_API int hcb_format_value(const hcb_print_node *nodes, size_t nnodes,
                              const hcb_array *arrays, size_t narrays,
                              const hcb_print_options *opts, char *buf,

@@ -157,10 +157,13 @@ typedef struct hcb_py_print_target {
     hcb_print_node *nodes;
     size_t nnodes;
     const char *kv_before; /* the "k: v" line, up to the device's name */
+    size_t kv_before_len;  /* (any bytes: strings are pointer and length) */
     const char *kv_after;  /* and after it */
-    int with_device;       /* the line names the record's device */
-    hcb_device *dev_keys;  /* device keys and their names */
+    size_t kv_after_len;
+    int with_device;      /* the line names the record's device */
+    hcb_device *dev_keys; /* device keys and their names */
     const char **dev_names;
+    size_t *dev_name_lens;
     size_t ndevices;
     PyObject *stream; /* strong; NULL: sys.stdout at each write */
     int broken;       /* a write failed: write no more (GIL) */

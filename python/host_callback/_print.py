@@ -105,7 +105,8 @@ def _c_options(numpy_options: Mapping[str, Any],
   if (o.get("legacy") not in (False, None) or o.get("formatter") is not None
       or o["floatmode"] not in _FLOATMODES
       or not 0 <= o["precision"] <= _MAX_PRECISION
-      or len(o["nanstr"].encode()) > 15 or len(o["infstr"].encode()) > 15):
+      or len(o["nanstr"].encode()) > 15 or len(o["infstr"].encode()) > 15
+      or "\x00" in o["nanstr"] + o["infstr"]):  # C keeps them NUL-ended
     return None
   return PrintOptions(
       threshold=int(o["threshold"] if threshold is None else threshold),

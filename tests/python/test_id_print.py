@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import logging
 import subprocess
 import sys
 import textwrap
@@ -457,6 +458,36 @@ def test_long_kwargs_lines_are_written_whole():
   hcb.barrier_wait()
   dev = jax.devices()[0]
   assert s.getvalue() == f"a: {long} device: {dev} z: {long}\n3\n"
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_any_text_goes_through_whole(path):
+  # A NUL byte used to end the text there (a: x, then nothing); non-ASCII
+  # text and a lone surrogate (os.fsdecode's) come back as they went in,
+  # in the keyword line, in dict keys (compared with JAX's pretty printer,
+  # which takes no lone surrogate) and around the device's name.  The
+  # Python path (a logging stream) formats with the same C printer.
+  s = io.StringIO()
+  value = {"k\x00\u00e9": np.arange(3.0), "z\u00e9": (np.int32(1), np.int32(2))}
+  stream: Any = s
+  if path == "python":
+    stream = logging.getLogger("test_any_text_goes_through_whole")
+    stream.propagate = False
+    stream.setLevel(logging.INFO)
+    handler = logging.StreamHandler(s)
+    stream.addHandler(handler)
+  try:
+    jax.jit(lambda v: hcb.id_print(v, a="x\x00y", b="zz", c="\u00e9\udcff",
+                                   output_stream=stream,
+                                   tap_with_device=True))(value)
+    hcb.barrier_wait()
+  finally:
+    if path == "python":
+      stream.removeHandler(handler)
+  dev = jax.devices()[0]
+  assert s.getvalue() == (f"a: x\x00y b: zz c: \u00e9\udcff device: {dev}\n"
+                          f"{expected_value(value)}\n")
+  assert "k\x00\u00e9=[0. 1. 2.]" in s.getvalue()
 
 
 def test_kwargs_are_converted_to_text_once_when_traced():
