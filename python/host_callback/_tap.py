@@ -240,14 +240,14 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
                     f"{callback_flavor!r}")
 
   device_index = _runtime.checked_device_index(device_index, "id_tap")
-  leaves, treedef = _leaves.flatten(arg)
+  leaves, treedef = _leaves.flatten(arg, "id_tap")
   tapped = _leaves.key_data_of_keys(leaves)
   site = _runtime.TapSite(tap_func if isinstance(tap_func, NativeTap) else
                           _runtime.hashable_callable(tap_func), treedef,
                           _runtime.Transforms(), bool(tap_with_device))
 
   if result is not None:
-    res_leaves, res_treedef = _leaves.flatten(result)
+    res_leaves, res_treedef = _leaves.flatten(result, "id_tap")
   else:
     res_leaves, res_treedef = [], None
 

@@ -490,6 +490,52 @@ def test_any_text_goes_through_whole(path):
   assert "k\x00\u00e9=[0. 1. 2.]" in s.getvalue()
 
 
+def nested(value: Any, depth: int) -> Any:
+  for _ in range(depth):
+    value = [value]
+  return value
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_deep_containers_print_as_deep_as_id_tap_takes_them(collect, jit):
+  # JAX flattens a pytree one level deeper per nesting, up to Python's
+  # recursion limit.  id_tap took a container nested 500 deep while
+  # id_print raised RecursionError when traced (and its C printer refused
+  # more than 256 levels); now id_print takes what id_tap takes.
+  s = io.StringIO()
+
+  def both(x):
+    y = hcb.id_tap(collect, nested(x, 500))
+    return hcb.id_print(y, output_stream=s)
+
+  (jax.jit(both) if jit else both)(jnp.int32(7))
+  hcb.barrier_wait()
+  (value,) = collect.args
+  assert int(jax.tree_util.tree_leaves(value)[0]) == 7
+  assert jax.tree_util.tree_structure(value) == jax.tree_util.tree_structure(
+      nested(0, 500))
+  assert s.getvalue() == "[ " * 500 + "7" + " ]" * 500 + "\n"
+
+
+def test_too_deep_containers_are_refused_alike_by_id_tap_and_id_print():
+  # Past what JAX flattens, both raise the same RecursionError, naming
+  # themselves and the limit (it used to be a SystemError from nanobind
+  # for id_tap, and Python's bare RecursionError for id_print).
+  deep = nested(jnp.int32(7), sys.getrecursionlimit() + 100)
+  errors = {}
+  for name, api in (("id_tap", lambda v: hcb.id_tap(lambda a, t: None, v)),
+                    ("id_print", lambda v: hcb.id_print(
+                        v, output_stream=io.StringIO()))):
+    with pytest.raises(RecursionError) as e:
+      api(deep)
+    errors[name] = str(e.value)
+  assert errors["id_tap"].startswith("id_tap: the argument nests deeper than "
+                                     "JAX can flatten a pytree")
+  assert f"sys.getrecursionlimit() is {sys.getrecursionlimit()}" in (
+      errors["id_tap"])
+  assert errors["id_print"] == errors["id_tap"].replace("id_tap", "id_print")
+
+
 def test_kwargs_are_converted_to_text_once_when_traced():
   class Counted:
     calls = 0
