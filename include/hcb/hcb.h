@@ -364,9 +364,12 @@ HCB_API int hcb_runtime_register_call(hcb_runtime *rt,
  * `device` submitted earlier are delivered first, so that the host sees one
  * device's callbacks in the order the device issued them (skipped when the
  * caller is itself a consumer thread, which would wait for itself).  If
- * that takes longer than HCB_CALL_WAIT_WARN_NS, the runtime logs a warning
- * (see hcb_runtime_set_log) and goes on waiting: a tap function that runs a
- * computation containing this call on another thread waits for itself.
+ * that takes longer than HCB_CALL_WAIT_WARN_NS, the runtime logs what the
+ * call waits behind (see hcb_runtime_set_log) and goes on waiting: a
+ * backlog, naming how many taps are not yet delivered, when taps were
+ * delivered meanwhile (once a minute per device at most); else, when none
+ * was, that a tap function that runs a computation containing this call on
+ * another thread waits for itself.
  * Errors: HCB_ENOTFOUND for an unknown id, HCB_EINVAL for the id of a tap
  * target, or the call function's error (also recorded, see
  * hcb_runtime_take_error). */

@@ -443,7 +443,6 @@ def _keep_for_barrier(header: str, exc: BaseException) -> str:
 _hcb.configure(_dtype_table(), _device_for_key, _on_callback_error,
                jax.tree_util.tree_flatten, logger.warning)
 _hcb.set_max_queue_bytes(_config.MAX_QUEUE_BYTES)
-_hcb.cuda_set_pinned_bytes(_config.CUDA_PINNED_BYTES)
 
 
 def _register_handlers() -> None:
@@ -490,7 +489,10 @@ def _register_cuda_handlers() -> None:
   """Registers the CUDA handlers.  libhcb finds the CUDA
   runtime at run time (``_hcb.cuda_load``): the NVIDIA wheel's, else the
   system's.  If it cannot load it now, the handlers are registered anyway:
-  they try again when first run, and fail with a clear error then."""
+  they try again when first run, and fail with a clear error then.  The
+  size of the pinned pool is read from the environment here, where the
+  pool is set up: on a machine without CUDA it is never read."""
+  _hcb.cuda_set_pinned_bytes(_config.cuda_pinned_bytes())
   try:
     _hcb.cuda_load(_cudart_path())
   except Exception as e:  # pylint: disable=broad-except

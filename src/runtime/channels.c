@@ -35,6 +35,7 @@ channel_new(hcb_runtime *rt, hcb_device device, hcb_error *err)
     atomic_init(&ch->errors, 0);
     atomic_init(&ch->delivering, NULL);
     atomic_init(&ch->stall_warned_ns, 0);
+    atomic_init(&ch->call_noted_ns, 0);
     if (hcb__queue_init(&ch->queue, rt->max_queue_bytes) != HCB_OK) {
         hcb__free(ch);
         hcb_error_set(err, HCB_ESYSTEM, "cannot initialise a device queue");
@@ -326,35 +327,57 @@ hcb_runtime_barrier(hcb_runtime *rt, hcb_device device, hcb_error *err)
 }
 
 /* A producer of `ch` (the device's thread) has waited `waited_ns` for room
- * in the queue (queue.c calls it once per wait, no lock held).  Warns, at
- * most once a minute per device: if the tap function running now runs a
- * computation on this device, neither can go on. */
+ * in the queue, while `delivered` records were delivered (queue.c calls it
+ * once per wait, no lock held).  Warns, at most once a minute per device,
+ * naming the backlog: if records were delivered it only waits behind
+ * them; if none was, the tap function running now has not returned, and
+ * if it runs a computation on this device, neither can go on. */
 void
-hcb__channel_stalled(void *user, uint64_t waited_ns)
+hcb__channel_stalled(void *user, uint64_t waited_ns, uint64_t delivered)
 {
     channel *ch = user;
     const target *t =
         atomic_load_explicit(&ch->delivering, memory_order_relaxed);
     uint64_t now = hcb__now_ns();
     uint64_t last = atomic_load(&ch->stall_warned_ns);
+    uint64_t pushed = hcb__queue_mark(&ch->queue);
+    uint64_t left = hcb__queue_delivered(&ch->queue);
+    const char *platform =
+        HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu";
 
     if ((last != 0 && now - last < STALL_WARN_EVERY_NS) ||
         !atomic_compare_exchange_strong(&ch->stall_warned_ns, &last, now))
         return;
+    left = pushed > left ? pushed - left : 0;
+    if (delivered > 0) {
+        hcb__runtime_log(
+            ch->rt,
+            "device %s:%d has waited %.1f s for room in its tap queue "
+            "(bound %zu bytes) behind a backlog: %llu taps (%zu bytes) "
+            "not yet delivered, %llu delivered meanwhile.  It goes on "
+            "waiting.  A larger bound (HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE) "
+            "makes the device wait less",
+            platform, (int)HCB_DEVICE_ORDINAL(ch->device),
+            (double)waited_ns / 1e9, atomic_load(&ch->queue.max_bytes),
+            (unsigned long long)left, atomic_load(&ch->queue.bytes),
+            (unsigned long long)delivered);
+        return;
+    }
     hcb__runtime_log(
         ch->rt,
         "device %s:%d has waited %.1f s for room in its tap queue "
-        "(bound %zu bytes) while the tap function '%s' is running.  "
-        "It goes on waiting.  A tap function that runs a "
+        "(bound %zu bytes) while the tap function '%s' is running, and no "
+        "tap was delivered meanwhile (%llu taps, %zu bytes, not yet "
+        "delivered).  It goes on waiting.  A tap function that runs a "
         "computation (e.g. JAX) on the device that issued the tap "
         "deadlocks when that device's queue is full: the device "
         "waits for the tap function, which waits for the device.  "
         "Raise the queue bound (HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE), "
         "or move that work out of the tap function (after "
         "barrier_wait, or onto another device)",
-        HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu",
-        (int)HCB_DEVICE_ORDINAL(ch->device), (double)waited_ns / 1e9,
-        atomic_load(&ch->queue.max_bytes), t != NULL ? t->name : "(none)");
+        platform, (int)HCB_DEVICE_ORDINAL(ch->device), (double)waited_ns / 1e9,
+        atomic_load(&ch->queue.max_bytes), t != NULL ? t->name : "(none)",
+        (unsigned long long)left, atomic_load(&ch->queue.bytes));
 }
 
 int

@@ -139,7 +139,7 @@ void
 hcb__queue_reset_after_fork(hcb__queue *q)
 {
     size_t max_bytes = atomic_load(&q->max_bytes);
-    void (*stall_fn)(void *, uint64_t) = q->stall_fn;
+    void (*stall_fn)(void *, uint64_t, uint64_t) = q->stall_fn;
     void *stall_user = q->stall_user;
     uint64_t stall_ns = q->stall_ns;
     hcb_submit_check_fn check_fn = q->check_fn;
@@ -179,8 +179,8 @@ hcb__queue_set_max_bytes(hcb__queue *q, size_t max_bytes)
 static void count_done(hcb__queue *q);
 
 void
-hcb__queue_set_stall(hcb__queue *q, void (*fn)(void *, uint64_t), void *user,
-                     uint64_t after_ns)
+hcb__queue_set_stall(hcb__queue *q, void (*fn)(void *, uint64_t, uint64_t),
+                     void *user, uint64_t after_ns)
 {
     q->stall_fn = fn;
     q->stall_user = user;
@@ -229,7 +229,7 @@ check_says_stop(hcb__queue *q, hcb_submit_check_fn check, void *user,
 static bool
 wait_for_space(hcb__queue *q, size_t size, hcb_error *err)
 {
-    uint64_t t0 = hcb__now_ns();
+    uint64_t t0 = hcb__now_ns(), delivered = hcb__queue_delivered(q);
     bool stalled = q->stall_fn == NULL, stopped = false;
     hcb_submit_check_fn check = q->check_fn;
     void *check_user = q->check_user;
@@ -261,7 +261,8 @@ wait_for_space(hcb__queue *q, size_t size, hcb_error *err)
         if (!stalled && now >= t0 + q->stall_ns) {
             stalled = true;
             hcb__mutex_unlock(&q->mu);
-            q->stall_fn(q->stall_user, now - t0);
+            q->stall_fn(q->stall_user, now - t0,
+                        hcb__queue_delivered(q) - delivered);
             hcb__mutex_lock(&q->mu);
         }
         if (check != NULL && now >= next_check) {
@@ -416,11 +417,18 @@ count_done(hcb__queue *q)
         hcb__queue_done(q, records, bytes);
 }
 
+uint64_t
+hcb__queue_delivered(hcb__queue *q)
+{
+    return atomic_load(&q->delivered);
+}
+
 void
 hcb__queue_finished(hcb__queue *q, size_t bytes)
 {
     uint64_t n;
 
+    atomic_fetch_add_explicit(&q->delivered, 1, memory_order_relaxed);
     atomic_fetch_add(&q->finished_bytes, bytes);
     n = atomic_fetch_add(&q->finished, 1) + 1;
     if (n >= DONE_BATCH || atomic_load(&q->space_waiters) > 0)

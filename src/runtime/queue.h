@@ -28,6 +28,9 @@ typedef struct hcb__queue {
     atomic_size_t finished_bytes; /* their bytes */
     _Atomic uint64_t done;        /* records ever done */
     _Atomic uint64_t bytes_out;   /* their bytes */
+    /* records whose tap function has returned, counted one by one (done
+     * lags behind in batches): whether a queue moves */
+    _Atomic uint64_t delivered;
     char pad2[64];
 
     /* Read on every push, written rarely. */
@@ -48,7 +51,7 @@ typedef struct hcb__queue {
 
     /* Called (no lock held) once by a producer that has waited `stall_ns`
      * for space (see hcb__queue_set_stall); NULL: none.  Set before use. */
-    void (*stall_fn)(void *user, uint64_t waited_ns);
+    void (*stall_fn)(void *user, uint64_t waited_ns, uint64_t delivered);
     void *stall_user;
     uint64_t stall_ns;
 
@@ -79,10 +82,15 @@ void hcb__queue_reset_after_fork(hcb__queue *q);
 void hcb__queue_set_max_bytes(hcb__queue *q, size_t max_bytes);
 
 /* Has a producer that has waited `after_ns` for space call `fn(user,
- * waited_ns)` once, with no lock held, and then go on waiting.  Call before
- * the queue is used. */
-void hcb__queue_set_stall(hcb__queue *q, void (*fn)(void *, uint64_t),
+ * waited_ns, delivered)` once, with no lock held, and then go on waiting;
+ * `delivered` counts the records delivered while it waited (none: the
+ * queue does not move).  Call before the queue is used. */
+void hcb__queue_set_stall(hcb__queue *q, void (*fn)(void *, uint64_t, uint64_t),
                           void *user, uint64_t after_ns);
+
+/* The records whose tap function has returned so far, counted as each
+ * returns: two readings tell whether the queue moved between them. */
+uint64_t hcb__queue_delivered(hcb__queue *q);
 
 /* Has a producer waiting for space call `fn(user, device, &state, err)` as
  * it starts to wait and then every `every_ns`, with no lock held, in its own

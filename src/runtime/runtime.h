@@ -66,10 +66,16 @@
  * (the child's thread would be a consumer).
  *
  * Stalls.  A producer that has waited STALL_WARN_NS for room in its queue
- * calls hcb__channel_stalled (no lock held), which logs the likely cause,
- * naming the tap function running now (`delivering`): a tap function that
- * runs a computation on its own device while that device waits for room.
- * At most once a minute per device; the producer goes on waiting.
+ * calls hcb__channel_stalled (no lock held), which logs what it waits for:
+ * a backlog, if records were delivered while it waited (it names how many
+ * taps and bytes are not yet delivered); else the likely cause, naming the
+ * tap function running now (`delivering`): a tap function that runs a
+ * computation on its own device while that device waits for room.  A call
+ * that has waited HCB_CALL_WAIT_WARN_NS for its device's earlier taps
+ * (calls.c) says the same: a backlog (at most once a minute per device,
+ * `call_noted_ns`) or, when none was delivered meanwhile, that they may
+ * wait for each other.  At most once a minute per device; the producer
+ * goes on waiting.
  *
  * Barriers that must react while they wait (Python's Ctrl-C) use
  * hcb_runtime_barrier_poll: the wait wakes every poll interval and calls
@@ -124,6 +130,8 @@ typedef struct channel {
      * the stall warning. */
     _Atomic(const target *) delivering;
     _Atomic uint64_t stall_warned_ns; /* when it last warned; 0: never */
+    /* when a call last noted it waits behind a backlog; 0: never */
+    _Atomic uint64_t call_noted_ns;
 } channel;
 
 struct hcb_runtime {
@@ -217,7 +225,7 @@ void hcb__channel_free(channel *ch);
  * can happen while a stop is joining the old one. */
 int hcb__ensure_consumer(channel *ch, bool recheck, hcb_error *err);
 /* queue.c's stall callback: see "Stalls" above. */
-void hcb__channel_stalled(void *user, uint64_t waited_ns);
+void hcb__channel_stalled(void *user, uint64_t waited_ns, uint64_t delivered);
 
 /* runtime.c */
 /* Logs a warning through the runtime's sink (hcb_runtime_set_log), or to

@@ -139,10 +139,11 @@ typedef struct stall_log {
 } stall_log;
 
 static void
-on_stall(void *user, uint64_t waited_ns)
+on_stall(void *user, uint64_t waited_ns, uint64_t delivered)
 {
     stall_log *s = user;
 
+    assert_int_equal(delivered, 0); /* the consumer holds the only record */
     atomic_store(&s->waited_ns, waited_ns);
     atomic_fetch_add(&s->calls, 1);
 }
