@@ -800,6 +800,20 @@ def _in_device_callback() -> bool:
                                       threading._DummyThread)
 
 
+# What a barrier runs around its wait, once it has waited for every
+# computation dispatched before it (see watch_barriers).
+_barrier_watchers: list[Callable[[], Callable[[], None]]] = []
+
+
+def watch_barriers(watcher: Callable[[], Callable[[], None]]) -> None:
+  """Has ``barrier_wait`` and ``jax.effects_barrier()`` call ``watcher()``
+  as they start to wait, and the callable it returns once they have waited
+  for every computation dispatched before (not inside a device callback,
+  where they wait only for the taps already issued).  progress.py closes
+  there the bars of loops that ended short of their length."""
+  _barrier_watchers.append(watcher)
+
+
 def _wait_for_callbacks() -> None:
   """Waits until every callback of every computation dispatched before the
   call has run, on every local device.  Errors of tap functions stay
@@ -807,9 +821,17 @@ def _wait_for_callbacks() -> None:
 
   Inside a device callback (:func:`_in_device_callback`) it waits only for
   the taps already issued."""
-  if not _in_device_callback():
-    _wait_for_devices()
+  if _in_device_callback():
+    _hcb.barrier()
+    return
+  after = [watcher() for watcher in _barrier_watchers]
+  _wait_for_devices()
   _hcb.barrier()
+  for done in after:
+    try:
+      done()
+    except Exception:  # pylint: disable=broad-except
+      logger.exception("host_callback: a barrier's watcher failed")
 
 
 def wait_before_eager_callback(device: jax.Device) -> None:
