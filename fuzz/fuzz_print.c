@@ -17,7 +17,11 @@
  *             table of odd and invalid values, or a raw value; the strings
  *             are a length byte and that many printable characters (length
  *             16: no NUL, which the printer must refuse)
- *   tree      (flag bit 0) node count, then three bytes per node
+ *   tree      (flag bit 0) node count, then three bytes per node: kind,
+ *             count, and `extra`: the key (bits 0-1 pick one of 4, bit 2:
+ *             NULL, bit 3: from the table of odd strings) and the text
+ *             (bits 4-5, bit 6: NULL, bit 7: odd); the odd strings hold
+ *             NUL bytes, UTF-8 and a lone surrogate as Python passes it
  *   oom       (flag bit 3) the index of the allocation to fail
  *   elements  the rest, zero-padded to the view's size
  *
@@ -27,7 +31,8 @@
  * and length; an error fills `err` with that code and a message; the text
  * is NUL-terminated within the capacity, is a prefix of the whole text and
  * has exactly the reported length; it holds only printable ASCII and
- * newlines; and its length is within max_array_text (below).
+ * newlines (and, in a value's text, the bytes of the odd strings); and its
+ * length is within max_array_text (below).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -189,19 +194,40 @@ max_array_text(hcb_dtype t, int32_t rank, size_t n)
 typedef int (*format_fn)(const void *ctx, char *buf, size_t cap, size_t *len,
                          hcb_error *err);
 
+/* The keys and texts of the odd table: any bytes may be in them. */
+typedef struct odd_string {
+    const char *s;
+    size_t len;
+} odd_string;
+
+static const odd_string odd_keys[] = {
+    {"k\0", 2}, {"\xc3\xa9", 2}, {"\0", 1}, {"\xed\xb2\x80", 3}};
+static const odd_string odd_texts[] = {
+    {"a\0b", 3}, {"\xc3\xa9\xc3\xa9", 4}, {"\0\0\0", 3}, {"x\xed\xb2\x80y", 5}};
+
+/* Whether `c` can be in a text: printable ASCII, a line break, or (with
+ * `odd`) a byte of the odd strings. */
+static int
+text_byte(char c, int odd)
+{
+    return c == '\n' || (c >= ' ' && c <= '~') ||
+           (odd && memchr("\0\xc3\xa9\xed\xb2\x80", c, 6) != NULL);
+}
+
 static void
-check_text(const char *s, size_t len)
+check_text(const char *s, size_t len, int odd)
 {
     size_t i;
 
     for (i = 0; i < len; i++)
-        CHECK(s[i] == '\n' || (s[i] >= ' ' && s[i] <= '~'));
+        CHECK(text_byte(s[i], odd));
 }
 
 /* Runs fn at several capacities and checks the snprintf contract; returns
  * the code and (when OK) the whole text, which the caller frees. */
 static int
-run_all_caps(format_fn fn, const void *ctx, char **text, size_t *text_len)
+run_all_caps(format_fn fn, const void *ctx, int odd, char **text,
+             size_t *text_len)
 {
     static const size_t caps[] = {1, 7, 64, 4096};
     hcb_error err;
@@ -237,8 +263,8 @@ run_all_caps(format_fn fn, const void *ctx, char **text, size_t *text_len)
     n = (size_t)-1;
     CHECK(fn(ctx, full, len + 1, &n, NULL) == HCB_OK);
     CHECK(n == len);
-    CHECK(full[len] == '\0' && strlen(full) == len);
-    check_text(full, len);
+    CHECK(full[len] == '\0' && (odd || strlen(full) == len));
+    check_text(full, len, odd);
 
     for (i = 0; i < NELEMS(caps); i++) {
         size_t cap = caps[i], want = len < cap - 1 ? len : cap - 1;
@@ -250,7 +276,7 @@ run_all_caps(format_fn fn, const void *ctx, char **text, size_t *text_len)
         CHECK(fn(ctx, buf, cap, &n, NULL) == HCB_OK);
         CHECK(n == len);
         CHECK(buf[want] == '\0');
-        CHECK(strlen(buf) == want);
+        CHECK(odd || strlen(buf) == want);
         CHECK(memcmp(buf, full, want) == 0);
         free(buf);
     }
@@ -396,8 +422,19 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
             nodes[i].kind = (hcb_print_kind)(kind % 6);     /* 5 is invalid */
             nodes[i].count = count >= 250 ? -1 : count % 6; /* -1 is bad */
-            nodes[i].key = extra & 0x04 ? NULL : keys[extra % 4];
-            nodes[i].text = extra & 0x40 ? NULL : texts[(extra >> 4) % 4];
+            nodes[i].key = extra & 0x04   ? NULL
+                           : extra & 0x08 ? odd_keys[extra % 4].s
+                                          : keys[extra % 4];
+            nodes[i].key_len = extra & 0x04   ? 0
+                               : extra & 0x08 ? odd_keys[extra % 4].len
+                                              : strlen(keys[extra % 4]);
+            nodes[i].text = extra & 0x40   ? NULL
+                            : extra & 0x80 ? odd_texts[(extra >> 4) % 4].s
+                                           : texts[(extra >> 4) % 4];
+            nodes[i].text_len = extra & 0x40 ? 0
+                                : extra & 0x80
+                                    ? odd_texts[(extra >> 4) % 4].len
+                                    : strlen(texts[(extra >> 4) % 4]);
         }
         narrays = take(&r) % 4;
     }
@@ -415,7 +452,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     ac.a = &a;
     ac.o = o;
-    rc = run_all_caps(format_array, &ac, &text, &len);
+    rc = run_all_caps(format_array, &ac, 0, &text, &len);
     if (rc == HCB_OK) {
         CHECK(len <= max_array_text(a.dtype, a.rank, nelems));
         if (oom_at >= 0)
@@ -440,7 +477,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         vc.arrays = arrays;
         vc.narrays = narrays;
         vc.o = o;
-        rc = run_all_caps(format_value, &vc, &vtext, &len);
+        rc = run_all_caps(format_value, &vc, 1, &vtext, &len);
         if (rc == HCB_OK) {
             /* every array at most once, plus per node its brackets, key,
              * text (16 at most) and a line break with an indent of two per

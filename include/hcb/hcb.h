@@ -364,9 +364,12 @@ HCB_API int hcb_runtime_register_call(hcb_runtime *rt,
  * `device` submitted earlier are delivered first, so that the host sees one
  * device's callbacks in the order the device issued them (skipped when the
  * caller is itself a consumer thread, which would wait for itself).  If
- * that takes longer than HCB_CALL_WAIT_WARN_NS, the runtime logs a warning
- * (see hcb_runtime_set_log) and goes on waiting: a tap function that runs a
- * computation containing this call on another thread waits for itself.
+ * that takes longer than HCB_CALL_WAIT_WARN_NS, the runtime logs what the
+ * call waits behind (see hcb_runtime_set_log) and goes on waiting: a
+ * backlog, naming how many taps are not yet delivered, when taps were
+ * delivered meanwhile (once a minute per device at most); else, when none
+ * was, that a tap function that runs a computation containing this call on
+ * another thread waits for itself.
  * Errors: HCB_ENOTFOUND for an unknown id, HCB_EINVAL for the id of a tap
  * target, or the call function's error (also recorded, see
  * hcb_runtime_take_error). */
@@ -400,11 +403,37 @@ HCB_API void hcb_runtime_set_log(hcb_runtime *rt, hcb_log_fn fn, void *user);
 /* Queues `rec` for its device, waiting while the queue is over its bound
  * (back-pressure), and starts the device's consumer thread if needed.
  * Ownership of `rec` passes to the runtime whatever the result.  On error
- * (HCB_ENOMEM, HCB_ESYSTEM) the record has not been queued and is released,
- * except in the one case documented in docs/runtime.md (a consumer restart
- * that failed after a stop) where it waits in the queue for the next start. */
+ * (HCB_ENOMEM, HCB_ESYSTEM, or the submit check's HCB_ECALLBACK: see
+ * hcb_runtime_set_submit_check) the record has not been queued and is
+ * released, except in the one case documented in docs/runtime.md (a
+ * consumer restart that failed after a stop) where it waits in the queue for
+ * the next start. */
 HCB_API int hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec,
                                hcb_error *err);
+
+/* Returns nonzero to stop a submit for `device` that waits for room in a
+ * full queue; may write the reason into `err` (never NULL; its message is
+ * added to the submit's).  `*wait_state` is 0 at the first call of each
+ * wait and kept between the calls of one wait, for the check's own use. */
+typedef int (*hcb_submit_check_fn)(void *user, hcb_device device,
+                                   uint64_t *wait_state, hcb_error *err);
+
+/* Sets (or with `check` NULL, clears) the check of submits that wait for
+ * room: such a submit calls `check(user, device, &state, err)` as it starts
+ * to wait and then every `poll_ns`, in its own thread, with no lock held.
+ * When that returns nonzero the submit stops waiting and fails with
+ * HCB_ECALLBACK ("tap of N bytes on cpu:0 interrupted while waiting for
+ * room ...", with the check's reason): its record is released, never
+ * queued; the records queued before it are still delivered, and the queue
+ * works on.  For an embedder that must react while a device waits
+ * (Python's Ctrl-C).  The check runs on whatever thread submits (XLA's,
+ * CUDA's host-function thread): it must be quick and must not wait for the
+ * runtime.  `user` is borrowed and must outlive its use.  Thread-safe; a
+ * submit already waiting keeps the check it started with.  HCB_EINVAL for
+ * a zero `poll_ns` with a check. */
+HCB_API int hcb_runtime_set_submit_check(hcb_runtime *rt, uint64_t poll_ns,
+                                         hcb_submit_check_fn check, void *user,
+                                         hcb_error *err);
 
 /* Returns once every record submitted for `device` (or for every device,
  * with HCB_ALL_DEVICES) before the call has been consumed.  HCB_EDEADLK if
@@ -562,11 +591,18 @@ typedef enum hcb_print_kind {
                              of it, e.g. float32 0.1: "0.10000000149011612" */
 } hcb_print_kind;
 
+/* The strings are (pointer, length in bytes) and may hold any bytes, NUL
+ * included: they are copied into the text as they are.  Borrowed for the
+ * call.  UTF-8 text is measured in characters (the bytes that do not
+ * continue a character) when a container decides whether it fits on one
+ * line. */
 typedef struct hcb_print_node {
     hcb_print_kind kind;
     int32_t count;   /* containers: number of children */
     const char *key; /* a child of a DICT: its key, printed "key="; else NULL */
+    size_t key_len;
     const char *text; /* TEXT: the text; else NULL */
+    size_t text_len;
 } hcb_print_node;
 
 /* Formats a value the way id_print does (and debug.print, with CONCAT, TEXT,
@@ -574,8 +610,10 @@ typedef struct hcb_print_node {
  * and "{ k=a }", on one line when they fit in `opts->width` columns, else
  * one child per line indented by two per level (JAX's pretty printer), with
  * arrays as hcb_format_array prints them.  `nodes` must describe exactly
- * one tree that uses exactly `narrays` arrays.  Output and errors as
- * hcb_format_array. */
+ * one tree that uses exactly `narrays` arrays; it may nest as deep as it
+ * has nodes (it is walked without recursion).  Output and errors as
+ * hcb_format_array, except that the text holds the nodes' keys and texts
+ * byte for byte, NUL bytes included: `*len` is its length. */
 HCB_API int hcb_format_value(const hcb_print_node *nodes, size_t nnodes,
                              const hcb_array *arrays, size_t narrays,
                              const hcb_print_options *opts, char *buf,

@@ -6,9 +6,9 @@
  * (delivering a record to a Python tap function), call.c (running a Python
  * call function for XLA and checking its result), buffer.c (in-place
  * buffer callbacks and the Buffer type; with dlpack.c, its DLPack export,
- * and buffer_cuda.c, a GPU Buffer's interop: buffer.h), print.c (id_print)
- * and bridge.c (what they share: the GIL, numpy arrays over records,
- * devices, errors).
+ * and buffer_cuda.c, a GPU Buffer's interop: buffer.h), print.c (id_print),
+ * interrupt.c (Ctrl-C while a device waits for room) and bridge.c (what
+ * they share: the GIL, numpy arrays over records, devices, errors).
  */
 #ifndef HCB_PY_H
 #define HCB_PY_H
@@ -44,6 +44,11 @@
  *                   nothing, the GIL included, is taken under it;
  *                   wait_unused waits on its condition with the GIL
  *                   released.  Made new in a forked child.
+ *   D. hook_mu      (interrupt.c, process-wide) serialises putting the SIGINT
+ *                   counter in front of SIGINT's handler.  A leaf, taken by
+ *                   configure and by devices as they start to wait for room
+ *                   (inside libhcb's submit, no runtime lock held), never
+ *                   with anything taken under it.
  *
  * Against the runtime's locks: A and C are never held while the extension
  * calls into libhcb.  The GIL may be, for calls that hold a runtime lock
@@ -53,7 +58,7 @@
  * locks, and the runtime never takes it under one of them: it holds none
  * while it calls a target (the extension's entry points) or the log sink.
  * The extension has no other mutex: no PyMutex, no PyThread lock, no
- * static lock besides A and C.
+ * static lock besides A, C and D.
  * Thread-locals (not locks): in_tap (tap.c), in_call (call.c),
  * keeps_thread_state (bridge.c), print_mutex_held (print.c).
  */
@@ -158,10 +163,13 @@ typedef struct hcb_py_print_target {
     hcb_print_node *nodes;
     size_t nnodes;
     const char *kv_before; /* the "k: v" line, up to the device's name */
+    size_t kv_before_len;  /* (any bytes: strings are pointer and length) */
     const char *kv_after;  /* and after it */
-    int with_device;       /* the line names the record's device */
-    hcb_device *dev_keys;  /* device keys and their names */
+    size_t kv_after_len;
+    int with_device;      /* the line names the record's device */
+    hcb_device *dev_keys; /* device keys and their names */
     const char **dev_names;
+    size_t *dev_name_lens;
     size_t ndevices;
     PyObject *stream; /* strong; NULL: sys.stdout at each write */
     /* strong, or NULL: each record is one call log(text, device) instead of
@@ -302,6 +310,12 @@ PyObject *hcb_py_run_call(hcb_state *st, PyObject *args);
 /* print.c: id_print's target, which formats records without the GIL and
  * takes it only to write; and the functions behind host_callback._print. */
 int hcb_py_print(void *user, hcb_record *rec, hcb_error *err);
+/* Has a device that waits for room in a full queue notice Ctrl-C
+ * (interrupt.c): sets the runtime's submit check; configure calls it. */
+void hcb_py_interrupt_install(hcb_state *st);
+/* Clears the submit check (the module is being cleared). */
+void hcb_py_interrupt_uninstall(hcb_state *st);
+
 /* Makes the print lock new in the child of a fork (once per process). */
 void hcb_py_print_install_fork_handler(void);
 /* register_print(*, site, name, ...): id_print's target, or None (the

@@ -57,6 +57,7 @@ hcb_configure(PyObject *module, PyObject *args)
     Py_INCREF(warn);
     Py_XSETREF(st->warn, warn);
     hcb_runtime_set_log(st->rt, hcb_py_log, st);
+    hcb_py_interrupt_install(st);
     Py_RETURN_NONE;
 }
 
@@ -702,8 +703,10 @@ hcb_clear(PyObject *module)
 {
     hcb_state *st = state_of(module);
 
-    if (st->rt != NULL)
+    if (st->rt != NULL) {
         hcb_runtime_set_log(st->rt, NULL, NULL);
+        hcb_py_interrupt_uninstall(st);
+    }
     Py_CLEAR(st->owner_type);
     Py_CLEAR(st->buffer_type);
     Py_CLEAR(st->dtypes);

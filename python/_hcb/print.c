@@ -104,34 +104,69 @@ write_text(hcb_state *st, PyObject *stream, PyObject *text)
 /* ---- arguments from Python -------------------------------------------------
  */
 
-static int
-copy_str(PyObject *s, const char *what, char **pos, const char **out)
+/* `s` (a str) as UTF-8 bytes, lone surrogates passed through as their
+ * three bytes ("surrogatepass", undone when the text is decoded back): a
+ * new reference, or NULL with a TypeError naming `what`.  Any str goes
+ * through whole, NUL characters included. */
+static PyObject *
+utf8_of(PyObject *s, const char *what)
 {
-    Py_ssize_t n;
-    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+    PyObject *b;
 
-    if (u == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s must be a str", what);
-        return -1;
+    if (!PyUnicode_Check(s)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a str, got %R", what, s);
+        return NULL;
     }
-    memcpy(*pos, u, (size_t)n + 1);
+    b = PyUnicode_AsEncodedString(s, "utf-8", "surrogatepass");
+    if (b == NULL && PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s is not encodable text: %R", what, s);
+    }
+    return b;
+}
+
+/* Copies `s` (a str, as utf8_of) to *pos and advances it; *out and *len
+ * get the copy (followed by a NUL, not counted). */
+static int
+copy_str(PyObject *s, const char *what, char **pos, const char **out,
+         size_t *len)
+{
+    PyObject *b = utf8_of(s, what);
+    Py_ssize_t n;
+
+    if (b == NULL)
+        return -1;
+    n = PyBytes_GET_SIZE(b);
+    memcpy(*pos, PyBytes_AS_STRING(b), (size_t)n + 1);
+    Py_DECREF(b);
     *out = *pos;
+    *len = (size_t)n;
     *pos += n + 1;
     return 0;
 }
 
+/* The bytes copy_str needs for `s` (None: none), or -1 with an exception. */
 static Py_ssize_t
-str_size(PyObject *s)
+str_size(PyObject *s, const char *what)
 {
+    PyObject *b;
     Py_ssize_t n;
 
     if (s == Py_None)
         return 0;
-    if (!PyUnicode_Check(s) || PyUnicode_AsUTF8AndSize(s, &n) == NULL) {
-        PyErr_SetString(PyExc_TypeError, "print node keys and texts are str");
+    b = utf8_of(s, what);
+    if (b == NULL)
         return -1;
-    }
+    n = PyBytes_GET_SIZE(b);
+    Py_DECREF(b);
     return n + 1;
+}
+
+/* With the GIL: UTF-8 text as a str, surrogates as utf8_of passed them. */
+static PyObject *
+str_of(const char *text, size_t len)
+{
+    return PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "surrogatepass");
 }
 
 /* The fields of a host_callback._print.PrintNode. */
@@ -159,8 +194,8 @@ parse_nodes(PyObject *seq, size_t *nnodes, Py_ssize_t extra, char **pos)
 
         if (hcb_py_fields(PySequence_Fast_GET_ITEM(seq, i), "PrintNode",
                           node_fields, f[i], NODE_FIELDS) < 0 ||
-            (k = str_size(f[i][NODE_KEY])) < 0 ||
-            (t = str_size(f[i][NODE_TEXT])) < 0)
+            (k = str_size(f[i][NODE_KEY], "a print node's key")) < 0 ||
+            (t = str_size(f[i][NODE_TEXT], "a print node's text")) < 0)
             goto fail;
         bytes += k + t;
     }
@@ -179,9 +214,12 @@ parse_nodes(PyObject *seq, size_t *nnodes, Py_ssize_t extra, char **pos)
             goto fail;
         nodes[i].kind = (hcb_print_kind)kind;
         nodes[i].count = (int32_t)count;
-        if ((key != Py_None && copy_str(key, "key", pos, &nodes[i].key) < 0) ||
+        if ((key != Py_None &&
+             copy_str(key, "a print node's key", pos, &nodes[i].key,
+                      &nodes[i].key_len) < 0) ||
             (text != Py_None &&
-             copy_str(text, "text", pos, &nodes[i].text) < 0))
+             copy_str(text, "a print node's text", pos, &nodes[i].text,
+                      &nodes[i].text_len) < 0))
             goto fail;
     }
     PyMem_Free(f);
@@ -287,17 +325,20 @@ print_setup(hcb_py_print_target *t, const hcb_py_print_args *a)
 {
     PyObject *nodes = a->nodes, *before = a->kv_before, *after = a->kv_after;
     PyObject *devices = a->devices, *stream = a->stream, *seq, *key, *name;
-    Py_ssize_t extra, i, nd, at;
+    Py_ssize_t extra, n, i, nd, at;
     char *pos;
 
     if (parse_options(a->options, &t->opts) < 0)
         return -1;
     nd = PyDict_GET_SIZE(devices);
-    extra = str_size(before) + str_size(after);
+    if ((extra = str_size(before, "kv_before")) < 0 ||
+        (n = str_size(after, "kv_after")) < 0)
+        return -1;
+    extra += n;
     for (at = 0; PyDict_Next(devices, &at, &key, &name);) {
-        Py_ssize_t n;
-
-        if (!PyLong_Check(key) || (n = str_size(name)) < 0) {
+        if (!PyLong_Check(key) || !PyUnicode_Check(name) ||
+            (n = str_size(name, "a device name")) < 0) {
+            PyErr_Clear();
             PyErr_SetString(PyExc_TypeError,
                             "register_print: devices maps device keys (int) "
                             "to names (str)");
@@ -305,8 +346,6 @@ print_setup(hcb_py_print_target *t, const hcb_py_print_args *a)
         }
         extra += n;
     }
-    if (extra < 0)
-        return -1;
     seq = PySequence_Fast(nodes, "print nodes must be a sequence");
     if (seq == NULL)
         return -1;
@@ -317,12 +356,16 @@ print_setup(hcb_py_print_target *t, const hcb_py_print_args *a)
     t->strings = (char *)t->nodes;
     t->dev_keys = PyMem_RawCalloc((size_t)nd + 1, sizeof *t->dev_keys);
     t->dev_names = PyMem_RawCalloc((size_t)nd + 1, sizeof *t->dev_names);
-    if (t->dev_keys == NULL || t->dev_names == NULL) {
+    t->dev_name_lens =
+        PyMem_RawCalloc((size_t)nd + 1, sizeof *t->dev_name_lens);
+    if (t->dev_keys == NULL || t->dev_names == NULL ||
+        t->dev_name_lens == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    if (copy_str(before, "kv_before", &pos, &t->kv_before) < 0 ||
-        copy_str(after, "kv_after", &pos, &t->kv_after) < 0)
+    if (copy_str(before, "kv_before", &pos, &t->kv_before, &t->kv_before_len) <
+            0 ||
+        copy_str(after, "kv_after", &pos, &t->kv_after, &t->kv_after_len) < 0)
         return -1;
     for (i = 0, at = 0; i < nd && PyDict_Next(devices, &at, &key, &name); i++) {
         long long k = PyLong_AsLongLong(key);
@@ -330,7 +373,8 @@ print_setup(hcb_py_print_target *t, const hcb_py_print_args *a)
         if (k == -1 && PyErr_Occurred())
             return -1;
         t->dev_keys[i] = (hcb_device)k;
-        if (copy_str(name, "device name", &pos, &t->dev_names[i]) < 0)
+        if (copy_str(name, "a device name", &pos, &t->dev_names[i],
+                     &t->dev_name_lens[i]) < 0)
             return -1;
     }
     t->ndevices = (size_t)nd;
@@ -357,11 +401,13 @@ print_clear(hcb_py_print_target *t)
     PyMem_RawFree(t->nodes);
     PyMem_RawFree(t->dev_keys);
     PyMem_RawFree(t->dev_names);
+    PyMem_RawFree(t->dev_name_lens);
     Py_CLEAR(t->stream);
     Py_CLEAR(t->log);
     t->nodes = NULL;
     t->dev_keys = NULL;
     t->dev_names = NULL;
+    t->dev_name_lens = NULL;
 }
 
 /* register_print(*, site, name, nodes, kv_before, kv_after, with_device,
@@ -467,23 +513,41 @@ format_text(const hcb_print_node *nodes, size_t nnodes, const hcb_array *arrays,
 }
 
 /* With the GIL: the "k: v" line of a record, with its newline; NULL with
- * no exception when there is none. */
+ * no exception when there is none.  Its parts are any text (NUL included):
+ * joined as bytes, then decoded. */
 static PyObject *
 kv_line(const hcb_py_print_target *t, hcb_device device)
 {
     const char *name = "?";
-    size_t i;
+    size_t name_len = 1, i, n;
+    char stack[512], *buf = stack;
+    PyObject *line;
 
+    if (!t->with_device && t->kv_before_len == 0)
+        return NULL;
     if (t->with_device) {
         for (i = 0; i < t->ndevices; i++)
-            if (t->dev_keys[i] == device)
+            if (t->dev_keys[i] == device) {
                 name = t->dev_names[i];
-        return PyUnicode_FromFormat("%s%s%s\n", t->kv_before, name,
-                                    t->kv_after);
+                name_len = t->dev_name_lens[i];
+            }
+    } else {
+        name_len = 0;
     }
-    if (t->kv_before[0] == '\0')
-        return NULL;
-    return PyUnicode_FromFormat("%s\n", t->kv_before);
+    n = t->kv_before_len + name_len + (t->with_device ? t->kv_after_len : 0) +
+        1;
+    if (n > sizeof stack && (buf = PyMem_Malloc(n)) == NULL)
+        return PyErr_NoMemory();
+    memcpy(buf, t->kv_before, t->kv_before_len);
+    if (t->with_device) {
+        memcpy(buf + t->kv_before_len, name, name_len);
+        memcpy(buf + t->kv_before_len + name_len, t->kv_after, t->kv_after_len);
+    }
+    buf[n - 1] = '\n';
+    line = str_of(buf, n);
+    if (buf != stack)
+        PyMem_Free(buf);
+    return line;
 }
 
 /* With the GIL: one record of a `log` target, log(text, device). */
@@ -557,7 +621,7 @@ hcb_py_print(void *user, hcb_record *rec, hcb_error *err)
         return rc;
     }
     s1 = kv_line(t, hcb_record_device(rec));
-    s2 = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
+    s2 = str_of(text, len);
     if (PyErr_Occurred() || s2 == NULL) {
         Py_XDECREF(hcb_py_report_exception(&t->base, "id_print", err));
         rc = HCB_ECALLBACK;
@@ -593,7 +657,7 @@ texts_for_unprinted(hcb_print_node *nodes, size_t nnodes, PyObject *aseq,
     size_t i;
 
     for (i = 0; i < nnodes && k < n; i++) {
-        PyObject *text;
+        PyObject *text, *bytes;
 
         if (nodes[i].kind != HCB_PRINT_ARRAY &&
             nodes[i].kind != HCB_PRINT_STR && nodes[i].kind != HCB_PRINT_FIELD)
@@ -603,15 +667,16 @@ texts_for_unprinted(hcb_print_node *nodes, size_t nnodes, PyObject *aseq,
             continue;
         }
         text = PyObject_CallOneArg(text_of, PySequence_Fast_GET_ITEM(aseq, k));
-        if (text == NULL || PyList_Append(texts, text) < 0) {
-            Py_XDECREF(text);
+        bytes = text != NULL ? utf8_of(text, "numpy's text of an array") : NULL;
+        Py_XDECREF(text);
+        if (bytes == NULL || PyList_Append(texts, bytes) < 0) {
+            Py_XDECREF(bytes);
             return -1;
         }
-        Py_DECREF(text);
+        Py_DECREF(bytes); /* alive in texts */
         nodes[i].kind = HCB_PRINT_TEXT;
-        nodes[i].text = PyUnicode_AsUTF8(text); /* alive in texts */
-        if (nodes[i].text == NULL)
-            return -1;
+        nodes[i].text = PyBytes_AS_STRING(bytes);
+        nodes[i].text_len = (size_t)PyBytes_GET_SIZE(bytes);
         k++;
     }
     while (k < n) /* more arrays than nodes: hcb_format_value says so */
@@ -669,7 +734,7 @@ hcb_py_format_value(hcb_state *st, PyObject *args)
     if (rc != HCB_OK)
         hcb_py_raise(&err);
     else
-        result = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
+        result = str_of(text, len);
 done:
     for (i = 0; keep != NULL && i < n; i++)
         Py_XDECREF(keep[i]);

@@ -231,19 +231,45 @@ hcb_py_register_buffer_callback(PyObject *module, PyObject *args,
     return call_target_registered(&t->base, hcb_py_buffer_call);
 }
 
+/* An address: an int from 0 to UINTPTR_MAX, else ValueError (a negative
+ * or larger int would wrap around to another address).  A PyArg "O&"
+ * converter. */
+static int
+address_arg(PyObject *obj, void *out)
+{
+    unsigned long long v;
+
+    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "an address must be an int, got %R", obj);
+        return 0;
+    }
+    v = PyLong_AsUnsignedLongLong(obj);
+    if ((v == (unsigned long long)-1 && PyErr_Occurred()) ||
+        v > (unsigned long long)UINTPTR_MAX) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError,
+                     "an address must be from 0 to %llu, got %R",
+                     (unsigned long long)UINTPTR_MAX, obj);
+        return 0;
+    }
+    *(uintptr_t *)out = (uintptr_t)v;
+    return 1;
+}
+
 /* register_native_tap / register_native_call(fn_address, user_address,
  * name) -> int: a C hcb_tap_fn / hcb_call_fn, run with no Python at all. */
 static PyObject *
 register_native(PyObject *module, PyObject *args, bool is_call)
 {
-    unsigned long long fn, user;
+    uintptr_t fn, user;
     const char *name;
     Py_ssize_t name_len;
     uint64_t id = 0;
     hcb_error err;
     int rc;
 
-    if (!PyArg_ParseTuple(args, "KKs#", &fn, &user, &name, &name_len))
+    if (!PyArg_ParseTuple(args, "O&O&s#", address_arg, &fn, address_arg, &user,
+                          &name, &name_len))
         return NULL;
     if (fn == 0) {
         PyErr_SetString(PyExc_ValueError, "the C function pointer is NULL");
@@ -252,8 +278,8 @@ register_native(PyObject *module, PyObject *args, bool is_call)
     if (is_call) {
         hcb_call_target target = HCB_CALL_TARGET_INIT;
 
-        target.fn = (hcb_call_fn)(uintptr_t)fn;
-        target.user = (void *)(uintptr_t)user;
+        target.fn = (hcb_call_fn)fn;
+        target.user = (void *)user;
         target.name = name;
         target.name_len = (size_t)name_len;
         rc =
@@ -261,8 +287,8 @@ register_native(PyObject *module, PyObject *args, bool is_call)
     } else {
         hcb_tap_target target = HCB_TAP_TARGET_INIT;
 
-        target.fn = (hcb_tap_fn)(uintptr_t)fn;
-        target.user = (void *)(uintptr_t)user;
+        target.fn = (hcb_tap_fn)fn;
+        target.user = (void *)user;
         target.name = name;
         target.name_len = (size_t)name_len;
         rc = hcb_runtime_register_tap(state_of(module)->rt, &target, &id, &err);

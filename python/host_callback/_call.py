@@ -280,7 +280,7 @@ def bind(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
         "result_shape is None (a debug callback returns nothing to the "
         "device); use IO_CALLBACK or PURE for a call with a result.")
 
-  leaves, arg_treedef = _leaves.flatten(arg)
+  leaves, arg_treedef = _leaves.flatten(arg, "host_callback.call")
   sent = _leaves.key_data_of_keys(leaves)
   result_treedef, result_avals = _declared_results(result_shape)
   narrow = jax.dtypes.canonicalize_dtype(np.float64) != np.float64

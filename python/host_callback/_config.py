@@ -10,6 +10,9 @@
     first GPU callback (default 256 MiB, from 4 MiB up).  A tap of up to
     half of it is copied in one piece; a larger one passes through it in
     chunks.  When it is full of taps still on their way the device waits.
+    Read where the pool is set up, when host_callback first starts on a
+    machine with CUDA devices (a malformed value is a ``ValueError`` there,
+    naming the variable); a process without CUDA never reads it.
 ``HOST_CALLBACK_INLINE``
     ``1``/``true``: outside ``jax.jit`` and other staging, call tap functions
     directly in the calling thread (for debuggers and stack traces).
@@ -75,7 +78,8 @@ def max_queue_bytes() -> int:
 
 
 def cuda_pinned_bytes() -> int:
-  """The size of the pinned pool of GPU callbacks, validated."""
+  """The size of the pinned pool of GPU callbacks, validated (read when
+  the CUDA handlers are registered, not when the package is imported)."""
   return _byte_size("CUDA_PINNED_BYTE_SIZE", DEFAULT_CUDA_PINNED_BYTES,
                     MIN_CUDA_PINNED_BYTES, MAX_MAX_QUEUE_BYTES, "512e6")
 
@@ -87,5 +91,4 @@ def inline() -> bool:
 
 
 MAX_QUEUE_BYTES: int = max_queue_bytes()
-CUDA_PINNED_BYTES: int = cuda_pinned_bytes()
 INLINE: bool = inline()

@@ -29,10 +29,12 @@ from jax._src import dispatch as _dispatch
 from jax._src import core as _core
 from jax._src import effects as _effects
 from jax._src import monitoring as _monitoring
+from jax._src import pjit as _pjit
 from jax._src import sharding_impls as _sharding_impls
 from jax._src.interpreters import batching as _jax_batching
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import partial_eval as _pe
+from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import xla_client as _xc
 from jax.interpreters import batching as _batching
 
@@ -86,6 +88,50 @@ def output_runtime_tokens() -> list[Any]:
 # trace in progress (jit, vmap, grad, ...), primitives are evaluated now.
 # jax.set_mesh refuses to run otherwise.  JAX 0.10-0.12.
 trace_state_clean: Callable[[], bool] = _core.trace_state_clean
+# ---- dispatch of a compiled program (_pacing.py) ------------------------------
+
+# pxla.UnloadedMeshExecutable.build_unsafe_call(self): builds, once per
+# executable, the callable that runs a compiled jit program from Python
+# (MeshExecutable.unsafe_call, an ExecuteReplicated); ``self.keepalive`` is
+# the list of what its lowering kept alive (mlir.ModuleContext.add_keepalive).
+# JAX dispatches a program through its C++ fast path only when that callable
+# is an ExecuteReplicated (pjit._get_fastpath_data,
+# MeshExecutable.create_cpp_call); any other callable is called on every
+# dispatch, by JAX's Python path.  ExecuteReplicated.__call__ of a program
+# with host callbacks sets dispatch.runtime_tokens.output_runtime_tokens
+# (see output_runtime_tokens).  JAX 0.10-0.12.
+_Unloaded: Any = _pxla.UnloadedMeshExecutable
+_jax_build_unsafe_call: Callable[[Any], Any] = _Unloaded.build_unsafe_call
+
+
+def wrap_program_calls(
+    wrap: Callable[[Sequence[Any], Callable[..., Any]], Callable[..., Any]]
+) -> None:
+  """Has every compiled jit program built from now on run through
+  ``wrap(keepalive, call)``, where ``call`` is JAX's own callable and
+  ``keepalive`` what the program's lowering kept alive.  A program whose
+  ``wrap`` returns ``call`` itself keeps JAX's C++ fast dispatch; one that
+  gets another callable is dispatched by JAX's Python path, through it.
+  Installing it again replaces ``wrap``."""
+
+  def build_unsafe_call(self: Any) -> Any:
+    return wrap(self.keepalive, _jax_build_unsafe_call(self))
+
+  build_unsafe_call.__wrapped__ = _jax_build_unsafe_call  # type: ignore[attr-defined]
+  _Unloaded.build_unsafe_call = build_unsafe_call
+
+
+def _check_program_calls() -> str | None:
+  if "keepalive" not in getattr(_Unloaded, "__dataclass_fields__", {}):
+    return "UnloadedMeshExecutable has no keepalive field"
+  problem = _has_params(_jax_build_unsafe_call, "self")
+  if problem is not None or len(_params(_jax_build_unsafe_call)) != 1:
+    return "UnloadedMeshExecutable.build_unsafe_call is not (self)"
+  if ("isinstance(executable.unsafe_call, pxla.ExecuteReplicated)"
+      not in inspect.getsource(_pjit._get_fastpath_data)):
+    return ("pjit._get_fastpath_data no longer keeps the C++ fast path to "
+            "an ExecuteReplicated")
+  return None
 
 
 # ---- program order (_order.py) ------------------------------------------------
@@ -405,6 +451,8 @@ TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
      else "runtime_tokens has no output_runtime_tokens dict"),
     ("dispatch.RuntimeTokenSet.block_until_ready (jax.effects_barrier)",
      _check_effects_barrier),
+    ("pxla.UnloadedMeshExecutable.build_unsafe_call and keepalive "
+     "(the C++ fast path)", _check_program_calls),
     ("effects.Effect and the allowed-effect sets", _check_effect_sets),
     ("partial_eval.partial_eval_jaxpr_custom_rules",
      lambda: None if isinstance(partial_eval_jaxpr_custom_rules, dict)

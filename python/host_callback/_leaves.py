@@ -7,6 +7,7 @@ caller gets them back).
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Sequence
 
 import jax
@@ -25,9 +26,31 @@ def as_array(x: Any) -> Any:
   return jax.device_put(x)
 
 
-def flatten(tree: Any) -> tuple[list[Any], Any]:
-  """The leaves of ``tree`` as arrays, and its treedef."""
-  leaves, treedef = jax.tree_util.tree_flatten(tree)
+def tree_flatten(tree: Any, what: str) -> tuple[list[Any], Any]:
+  """``jax.tree_util.tree_flatten(tree)``, with one clear error for a tree
+  nested deeper than JAX flattens.  JAX's flattening recurses once per
+  level, in C++, and stops at Python's recursion limit with a SystemError
+  whose cause is a RecursionError; ``what`` (the API) names the argument
+  in the RecursionError raised instead.  id_tap, id_print and call flatten
+  through here, so that they take the same trees and refuse the same."""
+  try:
+    return jax.tree_util.tree_flatten(tree)
+  except (RecursionError, SystemError) as e:
+    if not isinstance(e, RecursionError) and not isinstance(
+        e.__cause__, RecursionError):
+      raise
+    raise RecursionError(
+        f"{what}: the argument nests deeper than JAX can flatten a pytree: "
+        "JAX goes one level deeper per nesting and stops at Python's "
+        f"recursion limit (sys.getrecursionlimit() is "
+        f"{sys.getrecursionlimit()}); flatten the value, or raise the "
+        "limit with sys.setrecursionlimit") from e
+
+
+def flatten(tree: Any, what: str) -> tuple[list[Any], Any]:
+  """The leaves of ``tree`` as arrays, and its treedef (``what``: the API,
+  for the error of a tree nested too deep; see :func:`tree_flatten`)."""
+  leaves, treedef = tree_flatten(tree, what)
   return [as_array(x) for x in leaves], treedef
 
 

@@ -41,6 +41,7 @@ from jax.interpreters import mlir
 from host_callback import _hcb
 from host_callback import _jax
 from host_callback import _order
+from host_callback import _pacing
 from host_callback import _runtime
 
 # The platforms (as JAX's lowering names them) host_callback lowers for.
@@ -127,6 +128,7 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
         f"{ndevices} devices (JAX's callback would give it host copies); "
         "call it inside jax.shard_map, where each device runs it on its "
         "own buffers")
+  _pacing.mark(ctx.module_context)  # dispatched paced (_pacing.py)
   i32 = ShapedArray((), np.int32)
   ordinal = jax.ffi.build_ffi_lowering_function("hcb_device_ordinal")(
       ctx.replace(avals_in=(), avals_out=(i32,))).results

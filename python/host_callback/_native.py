@@ -26,6 +26,22 @@ from host_callback import _hcb
 CFunction = CFuncPtr | int | str | os.PathLike[str]
 
 
+# The largest address of this process (a void * of 64 or 32 bits).
+_MAX_ADDRESS = 2 ** (8 * ctypes.sizeof(ctypes.c_void_p)) - 1
+
+
+def _checked_address(value: int, what: str, name: str, low: int) -> int:
+  """``value`` if it can be an address (``low`` to the largest one), else
+  a ValueError naming the parameter: a negative or larger int would wrap
+  around to another address.  Whether an address in range points at what
+  it should cannot be checked."""
+  if not low <= value <= _MAX_ADDRESS:
+    raise ValueError(f"{what}: {name} must be an address from {low} to "
+                     f"2**{_MAX_ADDRESS.bit_length()}-1 ({_MAX_ADDRESS:#x}), "
+                     f"got {value!r}")
+  return int(value)
+
+
 def _address_of(fn: CFunction, symbol: str | None,
                 what: str) -> tuple[int, Any, str]:
   """(address, object to keep alive, default name) of a C function given as
@@ -52,10 +68,9 @@ def _address_of(fn: CFunction, symbol: str | None,
   if isinstance(fn, bool):
     raise TypeError(f"{what}: expected a C function, got {fn!r}")
   if isinstance(fn, int):
-    if not 0 <= fn < 2**64:
-      raise ValueError(f"{what}: a function's address is from 1 to "
-                       f"2**64 - 1, got {fn}")
-    return fn, None, hex(fn)
+    # 0 is refused by the caller, as NULL
+    address = _checked_address(fn, what, "fn", 1) if fn else 0
+    return address, None, hex(address)
   if isinstance(fn, CFuncPtr):
     return (ctypes.cast(fn, ctypes.c_void_p).value or 0, fn,
             getattr(fn, "__name__", None) or "")
@@ -73,10 +88,7 @@ def _user_address(user: Any, what: str) -> int:
     raise TypeError(f"{what}: user must be an address (an int such as "
                     "ctypes.addressof(obj)), a ctypes.c_void_p or None, got "
                     f"{user!r} ({type(user).__name__})")
-  if not 0 <= user < 2**64:
-    raise ValueError(f"{what}: user must be an address from 0 to 2**64 - 1, "
-                     f"got {int(user)}")
-  return int(user)
+  return _checked_address(int(user), what, "user", 0)
 
 
 class _Native:
@@ -179,9 +191,12 @@ def native_tap(fn: CFunction, symbol: str | None = None, *,
     fn: the ``hcb_tap_fn``: a ctypes function (``ctypes.CDLL(path).f``), its
       address as an int, or the path of a shared library (then ``symbol``
       names the function).  It must stay loaded for the rest of the process.
+      An int address must be from 1 to the largest pointer (``ValueError``
+      otherwise); that it points at such a function cannot be checked.
     symbol: the function's name in the library ``fn``.
-    user: the ``void *user`` it receives (an address, or None for NULL); what
-      it points at must outlive every computation that taps with it.
+    user: the ``void *user`` it receives (an address as an int or a
+      ``ctypes.c_void_p``, or None for NULL); what it points at must outlive
+      every computation that taps with it.
     name: its name in error messages (default: the symbol's).
 
   Example::

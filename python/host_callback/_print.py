@@ -109,7 +109,8 @@ def _c_options(numpy_options: Mapping[str, Any],
   if (o.get("legacy") not in (False, None) or o.get("formatter") is not None
       or o["floatmode"] not in _FLOATMODES
       or not 0 <= o["precision"] <= _MAX_PRECISION
-      or len(o["nanstr"].encode()) > 15 or len(o["infstr"].encode()) > 15):
+      or len(o["nanstr"].encode()) > 15 or len(o["infstr"].encode()) > 15
+      or "\x00" in o["nanstr"] + o["infstr"]):  # C keeps them NUL-ended
     return None
   return PrintOptions(
       threshold=int(o["threshold"] if threshold is None else threshold),
@@ -224,24 +225,27 @@ class Printer:
 
   def _walk(self, value: Any, key: str | None, nodes: list[PrintNode],
             arrays: list[np.ndarray]) -> None:
-    if isinstance(value, (tuple, list)):
-      nodes.append(PrintNode(_TUPLE if isinstance(value, tuple) else _LIST,
-                             len(value), key, None))
-      for v in value:
-        self._walk(v, None, nodes, arrays)
-    elif isinstance(value, dict):
-      items = sorted(value.items())
-      nodes.append(PrintNode(_DICT, len(items), key, None))
-      for k, v in items:
-        self._walk(v, str(k), nodes, arrays)
-    elif isinstance(value, np.ndarray):
-      if self.options is not None:
-        nodes.append(PrintNode(_ARRAY, 0, key, None))
-        arrays.append(value)
+    """Appends the print nodes of ``value`` in preorder (with a stack, not
+    recursion: any nesting that JAX flattens is printed)."""
+    stack: list[tuple[Any, str | None]] = [(value, key)]
+    while stack:
+      value, key = stack.pop()
+      if isinstance(value, (tuple, list)):
+        nodes.append(PrintNode(_TUPLE if isinstance(value, tuple) else _LIST,
+                               len(value), key, None))
+        stack.extend((v, None) for v in reversed(value))
+      elif isinstance(value, dict):
+        items = sorted(value.items())
+        nodes.append(PrintNode(_DICT, len(items), key, None))
+        stack.extend((v, str(k)) for k, v in reversed(items))
+      elif isinstance(value, np.ndarray):
+        if self.options is not None:
+          nodes.append(PrintNode(_ARRAY, 0, key, None))
+          arrays.append(value)
+        else:
+          nodes.append(PrintNode(_TEXT, 0, key, self.numpy_text(value)))
       else:
-        nodes.append(PrintNode(_TEXT, 0, key, self.numpy_text(value)))
-    else:
-      nodes.append(PrintNode(_TEXT, 0, key, str(value)))
+        nodes.append(PrintNode(_TEXT, 0, key, str(value)))
 
   # ---- the C path ------------------------------------------------------------
 
@@ -288,26 +292,32 @@ def _transforms_text(transforms: Sequence[Any]) -> str:
 
 
 def _treedef_nodes(treedef: Any, key: str | None, out: list[PrintNode]) -> bool:
-  """Appends the print nodes of a treedef's value; False when the layout
-  depends on more than the treedef (custom pytree nodes)."""
-  if treedef.num_nodes == 1 and treedef.num_leaves == 1:
-    out.append(PrintNode(_ARRAY, 0, key, None))
-    return True
-  node_type, aux = treedef.node_data()
-  children = treedef.children()
-  if node_type is type(None):
-    out.append(PrintNode(_TEXT, 0, key, "None"))
-    return True
-  if node_type is tuple or (issubclass(node_type, tuple) and
-                            hasattr(node_type, "_fields")):
-    out.append(PrintNode(_TUPLE, len(children), key, None))
-    keys: Sequence[str | None] = [None] * len(children)
-  elif node_type is list:
-    out.append(PrintNode(_LIST, len(children), key, None))
-    keys = [None] * len(children)
-  elif node_type is dict:  # JAX sorts the keys, as id_print does
-    out.append(PrintNode(_DICT, len(children), key, None))
-    keys = [str(k) for k in aux]
-  else:
-    return False
-  return all(_treedef_nodes(c, k, out) for c, k in zip(children, keys))
+  """Appends the print nodes of a treedef's value (in preorder, with a
+  stack, not recursion); False when the layout depends on more than the
+  treedef (custom pytree nodes)."""
+  stack: list[tuple[Any, str | None]] = [(treedef, key)]
+  while stack:
+    treedef, key = stack.pop()
+    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
+      out.append(PrintNode(_ARRAY, 0, key, None))
+      continue
+    node_type, aux = treedef.node_data()
+    children = treedef.children()
+    if node_type is type(None):
+      out.append(PrintNode(_TEXT, 0, key, "None"))
+      continue
+    if node_type is tuple or (issubclass(node_type, tuple) and
+                              hasattr(node_type, "_fields")):
+      out.append(PrintNode(_TUPLE, len(children), key, None))
+      keys: Sequence[str | None] = [None] * len(children)
+    elif node_type is list:
+      out.append(PrintNode(_LIST, len(children), key, None))
+      keys = [None] * len(children)
+    elif node_type is dict:  # JAX sorts the keys, as id_print does
+      out.append(PrintNode(_DICT, len(children), key, None))
+      keys = [str(k) for k in aux]
+    else:
+      return False
+    stack.extend(reversed(list(zip(children, keys))))
+  return True
+

@@ -530,7 +530,6 @@ def _keep_for_barrier(header: str, exc: BaseException) -> str:
 _hcb.configure(_dtype_table(), _device_for_key, _on_callback_error,
                jax.tree_util.tree_flatten, logger.warning)
 _hcb.set_max_queue_bytes(_config.MAX_QUEUE_BYTES)
-_hcb.cuda_set_pinned_bytes(_config.CUDA_PINNED_BYTES)
 
 
 def _register_handlers() -> None:
@@ -577,7 +576,10 @@ def _register_cuda_handlers() -> None:
   """Registers the CUDA handlers.  libhcb finds the CUDA
   runtime at run time (``_hcb.cuda_load``): the NVIDIA wheel's, else the
   system's.  If it cannot load it now, the handlers are registered anyway:
-  they try again when first run, and fail with a clear error then."""
+  they try again when first run, and fail with a clear error then.  The
+  size of the pinned pool is read from the environment here, where the
+  pool is set up: on a machine without CUDA it is never read."""
+  _hcb.cuda_set_pinned_bytes(_config.cuda_pinned_bytes())
   try:
     _hcb.cuda_load(_cudart_path())
   except Exception as e:  # pylint: disable=broad-except
@@ -976,6 +978,20 @@ def _in_device_callback() -> bool:
                                       threading._DummyThread)
 
 
+# What a barrier runs around its wait, once it has waited for every
+# computation dispatched before it (see watch_barriers).
+_barrier_watchers: list[Callable[[], Callable[[], None]]] = []
+
+
+def watch_barriers(watcher: Callable[[], Callable[[], None]]) -> None:
+  """Has ``barrier_wait`` and ``jax.effects_barrier()`` call ``watcher()``
+  as they start to wait, and the callable it returns once they have waited
+  for every computation dispatched before (not inside a device callback,
+  where they wait only for the taps already issued).  progress.py closes
+  there the bars of loops that ended short of their length."""
+  _barrier_watchers.append(watcher)
+
+
 def _wait_for_callbacks() -> None:
   """Waits until every callback of every computation dispatched before the
   call has run, on every local device.  Errors of tap functions stay
@@ -983,9 +999,17 @@ def _wait_for_callbacks() -> None:
 
   Inside a device callback (:func:`_in_device_callback`) it waits only for
   the taps already issued."""
-  if not _in_device_callback():
-    _wait_for_devices()
+  if _in_device_callback():
+    _hcb.barrier()
+    return
+  after = [watcher() for watcher in _barrier_watchers]
+  _wait_for_devices()
   _hcb.barrier()
+  for done in after:
+    try:
+      done()
+    except Exception:  # pylint: disable=broad-except
+      logger.exception("host_callback: a barrier's watcher failed")
 
 
 def wait_before_eager_callback(device: jax.Device) -> None:

@@ -282,14 +282,14 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
   _args.check_flavor("id_tap", callback_flavor)
 
   device_index = _runtime.checked_device_index(device_index, "id_tap")
-  leaves, treedef = _leaves.flatten(arg)
+  leaves, treedef = _leaves.flatten(arg, "id_tap")
   tapped = _leaves.key_data_of_keys(leaves)
   site = _runtime.TapSite(tap_func if isinstance(tap_func, NativeTap) else
                           _runtime.hashable_callable(tap_func), treedef,
                           _runtime.Transforms(), bool(tap_with_device))
 
   if result is not None:
-    res_leaves, res_treedef = _leaves.flatten(result)
+    res_leaves, res_treedef = _leaves.flatten(result, "id_tap")
   else:
     res_leaves, res_treedef = [], None
 
@@ -350,8 +350,8 @@ def id_print(arg: Any, *, result: Any = None, tap_with_device: bool = False,
                                      tap_with_device)
   _args.check_flavor("id_print", callback_flavor)
   device_index = _runtime.checked_device_index(device_index, "id_print")
-  printer = _print.Printer(
-      kwargs, output_stream, threshold,
-      tuple(map(_print._dtype_code, jax.tree_util.tree_leaves(arg))))
+  leaves, _ = _leaves.tree_flatten(arg, "id_print")
+  printer = _print.Printer(kwargs, output_stream, threshold,
+                           tuple(map(_print._dtype_code, leaves)))
   return id_tap(printer, arg, result=result, tap_with_device=tap_with_device,
                 device_index=device_index, callback_flavor=callback_flavor)

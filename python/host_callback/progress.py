@@ -11,8 +11,11 @@ Migrating from jax-tqdm is one import line::
 tqdm's keyword arguments.  A carry wrapped in :class:`PBar` names the bar,
 so a loop under ``vmap`` draws one bar per id.  Beyond jax-tqdm:
 
-- under ``pmap``/``shard_map`` every device draws its own bar (the device
-  is added to the description when several devices draw the bar of one id);
+- under ``pmap``/``shard_map`` every device draws its own bar, whose
+  description names the device when the loop runs on several devices;
+- a bar counts the steps done, from wherever the loop starts
+  (``fori_loop(3, 10)``: 7 steps), and a barrier closes the bars of loops
+  that ended short of their length (a scan over fewer than ``n`` steps);
 - :func:`while_loop` is ``lax.while_loop`` with a bar, whose total may be
   unknown;
 - updates are taps (about a microsecond each on CPU), so by default a bar
@@ -23,14 +26,16 @@ so a loop under ``vmap`` draws one bar per id.  Beyond jax-tqdm:
 - bars are drawn with positions that no other open bar uses, so
   concurrent and nested loops do not draw over each other.
 
-How it works.  The loop's body taps ``(count, id)`` with ``id_tap``, where
-``count`` is the number of steps done: before step 0 (so the bar appears
-when the loop starts), and after every ``print_rate``-th step and the
-last one (which closes the bar).  Taps of one device run in program order,
-so the bar sees its updates in order.  On the host a registry keyed
-by (loop, id, device) holds the open bars.  A bar is complete and closed
+How it works.  The loop's body taps ``(index, id)`` with ``id_tap``, where
+``index`` is the loop's index after the steps done: 0 before step 0 (so
+the bar appears when the loop starts), and after every ``print_rate``-th
+step and the last one (which closes the bar).  Taps of one device run in
+program order, so the bar sees its updates in order.  On the host a
+registry keyed by (loop, id, device) holds the open bars; a bar counts
+steps from the index its run started at.  A bar is complete and closed
 once its last tap has run, so after :func:`host_callback.barrier_wait` or
-``jax.effects_barrier()``.
+``jax.effects_barrier()``, which also close the bars of loops that ended
+before their last index (a scan shorter than its bar).
 
 tqdm is an optional dependency (``pip install 'host_callback[progress]'``);
 importing this module without it raises an ImportError that says so.
@@ -58,6 +63,7 @@ import numpy as np
 from jax import lax
 
 from host_callback import _args
+from host_callback import _runtime
 from host_callback._tap import id_tap
 
 __all__ = ["PBar", "loop_tqdm", "scan_tqdm", "while_loop"]
@@ -111,56 +117,69 @@ class _Registry:
   Taps of different devices run on different consumer threads, so the
   registry has a lock.  Lock order: this lock, then tqdm's own (taken while
   a bar is created, redrawn or closed).  A bar itself is updated only by
-  the thread of its device."""
+  the thread of its device, and by a barrier that closes it once every
+  loop it waited for has ended (:meth:`close_all`)."""
 
   def __init__(self) -> None:
     self.lock = threading.Lock()
     self.bars: dict[tuple[_Spec, int, int], Any] = {}
     self.positions: set[int] = set()
 
-  def open(self, spec: _Spec, bar_id: int, device: Any) -> Any:
-    """The open bar of ``(spec, bar_id, device)``, created if needed."""
+  def get(self, spec: _Spec, bar_id: int, device: Any) -> Any:
+    """The open bar of ``(spec, bar_id, device)``, or None."""
+    return self.bars.get((spec, bar_id, device.id))
+
+  def open(self, spec: _Spec, bar_id: int, device: Any, named: bool) -> Any:
+    """A new bar for ``(spec, bar_id, device)``; its description names the
+    device when ``named`` (the loop runs on several devices)."""
     key = (spec, bar_id, device.id)
-    bar = self.bars.get(key)
-    if bar is not None:
-      return bar
     with self.lock:
       position = spec.position + max(bar_id, 0)
       while position in self.positions:
         position += 1
-      seen = spec.devices.setdefault(bar_id, set())
-      seen.add(device.id)
-      several = len(seen) > 1
-      desc = spec.desc + f" ({device})" if several else spec.desc
+      desc = spec.desc + f" ({device})" if named else spec.desc
       bar = spec.tqdm(total=spec.total, position=position, desc=desc,
                       **spec.kwargs)
       bar._hcb_position = position
-      if several:  # name the other devices' open bars of this id too
-        for (s, b, d), other in self.bars.items():
-          if s is spec and b == bar_id and d != device.id:
-            other.set_description_str(
-                spec.desc + f" ({_device_name(d)})", refresh=False)
       self.positions.add(position)
       self.bars[key] = bar
     return bar
 
   def close(self, spec: _Spec, bar_id: int, device: Any) -> None:
+    self._close((spec, bar_id, device.id))
+
+  def _close(self, key: tuple[_Spec, int, int]) -> None:
+    """Closes the bar of ``key``, if it is open."""
     with self.lock:
-      bar = self.bars.pop((spec, bar_id, device.id), None)
-      if bar is not None:
-        self.positions.discard(bar._hcb_position)
-    if bar is not None:
-      bar.close()
+      bar = self.bars.pop(key, None)
+      if bar is None:
+        return
+      self.positions.discard(bar._hcb_position)
+    bar.close()
+
+  def close_all(self) -> None:
+    """Closes every open bar, showing the steps it counted.  A barrier
+    calls it once it has waited for every computation dispatched before
+    it: the loops of the open bars have ended, so a bar left open (a scan
+    shorter than its bar's ``n``) has nothing more to count.  (A loop that
+    another thread dispatched while the barrier waited may still be
+    running: its bar is then drawn anew by its next update.)"""
+    with self.lock:
+      keys = list(self.bars)
+    for key in keys:
+      self._close(key)
 
 
 _registry = _Registry()
 
 
-def _device_name(device_id: int) -> str:
-  for d in jax.devices():
-    if d.id == device_id:
-      return str(d)
-  return f"device {device_id}"
+def _watch_barrier() -> Callable[[], None]:
+  """Run as a barrier starts to wait: once it has waited, every loop with
+  an open bar has ended, and the bars are closed."""
+  return _registry.close_all
+
+
+_runtime.watch_barriers(_watch_barrier)
 
 
 def _elements(arrays: tuple[np.ndarray, ...], transforms: Any
@@ -211,36 +230,69 @@ class _Spec:
   # Whether the bar closes when its count reaches ``total`` (a scan or a
   # fori_loop), or only at the loop's end (while_loop).
   close_at_total: bool = True
-  # bar id -> the devices that have drawn its bar (under the registry's
-  # lock): with several, each bar names its device.
-  devices: dict[int, set[int]] = dataclasses.field(default_factory=dict)
 
   def update(self, arg: tuple[np.ndarray, np.ndarray], transforms: Any, *,
              device: Any) -> None:
-    """The tap of ``(steps done, bar id)``: creates the bar if needed and
-    moves it on (tqdm decides whether to redraw); a loop of known length
-    closes its bar when the count reaches it."""
-    if not transforms:  # the common case, kept short: this runs every step
-      self._move(int(arg[0]), int(arg[1]), device)
-      return
-    for count, bar_id in _elements(arg, transforms):
-      self._move(count, bar_id, device)
+    """The tap of ``(index, bar id)`` of a loop on one device: creates the
+    bar if needed and moves it on (tqdm decides whether to redraw); a loop
+    of known length closes its bar when the index reaches it."""
+    self._update(arg, transforms, device, named=False)
 
-  def _move(self, count: int, bar_id: int, device: Any) -> None:
-    bar = _registry.open(self, bar_id, device)
-    if count > bar.n:
-      if self.close_at_total and count >= (self.total or 0):
-        bar.n = count
-        _registry.close(self, bar_id, device)
-      else:
-        bar.update(count - bar.n)
+  def update_named(self, arg: tuple[np.ndarray, np.ndarray], transforms: Any,
+                   *, device: Any) -> None:
+    """:meth:`update` of a loop that runs on several devices (``pmap``,
+    ``shard_map``): each device's bar names the device."""
+    self._update(arg, transforms, device, named=True)
+
+  def _update(self, arg: tuple[np.ndarray, np.ndarray], transforms: Any,
+              device: Any, named: bool) -> None:
+    if not transforms:  # the common case, kept short: this runs every step
+      self._move(int(arg[0]), int(arg[1]), device, named)
+      return
+    for index, bar_id in _elements(arg, transforms):
+      self._move(index, bar_id, device, named)
+
+  def _move(self, index: int, bar_id: int, device: Any, named: bool) -> None:
+    """Moves the bar of ``bar_id`` to ``index``: the loop index after the
+    steps done (0 before the first).  The bar counts steps, not the index:
+    a loop that starts at ``lower`` (``fori_loop(3, 10)``) has done
+    ``index - lower`` steps.  The first tap of a run tells ``lower``: 0
+    before step 0, else its index less the steps it reports (one, or
+    ``print_rate``).  An index that goes back starts a new run of the loop:
+    the old run's bar is closed as it stands."""
+    bar = _registry.get(self, bar_id, device)
+    if bar is not None and (index < bar._hcb_index or
+                            (index == 0 and bar._hcb_index > 0)):
+      _registry.close(self, bar_id, device)
+      bar = None
+    if bar is None:
+      bar = _registry.open(self, bar_id, device, named)
+      bar._hcb_start = index - min(self.print_rate, index)
+    bar._hcb_index = index
+    steps = index - bar._hcb_start
+    if self.close_at_total and index >= (self.total or 0) > 0:
+      bar.n = steps
+      _registry.close(self, bar_id, device)
+    elif steps > bar.n:
+      bar.update(steps - bar.n)
 
   def close(self, arg: tuple[np.ndarray, np.ndarray], transforms: Any, *,
             device: Any) -> None:
     """The tap after the loop's last step: the bar shows the final count
     and is closed."""
+    self._close(arg, transforms, device, named=False)
+
+  def close_named(self, arg: tuple[np.ndarray, np.ndarray], transforms: Any,
+                  *, device: Any) -> None:
+    """:meth:`close` of a loop that runs on several devices."""
+    self._close(arg, transforms, device, named=True)
+
+  def _close(self, arg: tuple[np.ndarray, np.ndarray], transforms: Any,
+             device: Any, named: bool) -> None:
     for count, bar_id in _elements(arg, transforms):
-      bar = _registry.open(self, bar_id, device)
+      bar = _registry.get(self, bar_id, device)
+      if bar is None:
+        bar = _registry.open(self, bar_id, device, named)
       if count != bar.n:
         bar.n = count
       _registry.close(self, bar_id, device)
@@ -249,16 +301,16 @@ class _Spec:
 
   def __post_init__(self) -> None:
     # One callable each for the life of the loop: a tap site's function.
-    self.update_tap = self.update
-    self.close_tap = self.close
+    self.update_taps = (self.update, self.update_named)
+    self.close_taps = (self.close, self.close_named)
 
   def tap_update(self, count: Any, bar_id: Any) -> None:
-    id_tap(self.update_tap,
+    id_tap(self.update_taps[_on_several_devices()],
            (jnp.asarray(count, jnp.int32), jnp.asarray(bar_id, jnp.int32)),
            tap_with_device=True)
 
   def tap_close(self, count: Any, bar_id: Any) -> None:
-    id_tap(self.close_tap,
+    id_tap(self.close_taps[_on_several_devices()],
            (jnp.asarray(count, jnp.int32), jnp.asarray(bar_id, jnp.int32)),
            tap_with_device=True)
 
@@ -296,6 +348,17 @@ def _check_tqdm_keywords(api: str, tqdm_class: Any,
           api, name, valid | {"print_rate", "tqdm_type"}) +
           f" (it passes its other keyword arguments to {tqdm_class.__module__}"
           f".{tqdm_class.__name__}, which takes: {', '.join(sorted(valid))})")
+
+
+def _on_several_devices() -> bool:
+  """Whether the loop being traced runs on several devices, each with its
+  own copy (``pmap``, ``shard_map``): the mesh's manual axes, known when
+  the loop is traced, span more than one device.  Each device's bar then
+  names its device from the start (deciding it when a second device's
+  bar appears left the first bar unnamed when it had closed by then)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  manual = getattr(mesh, "manual_axes", ())
+  return bool(manual) and int(np.prod([mesh.shape[a] for a in manual])) > 1
 
 
 def _spec(n: int | None, print_rate: int | None, tqdm_type: str,

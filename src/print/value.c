@@ -14,12 +14,25 @@
 /* ---- values (JAX's pretty printer, as id_print uses it) -------------------
  */
 
+/* A container being measured or rendered: the tree is walked with a stack
+ * of these (as deep as the tree), not by recursion, so that any nesting a
+ * caller can build is printed without running out of the thread's stack. */
+typedef struct frame {
+    size_t node;   /* the container's index */
+    int32_t left;  /* children still to measure or render */
+    size_t width;  /* measure: the width so far */
+    size_t indent; /* render: the container's indent */
+    bool flat;     /* render: the container is on one line */
+    bool started;  /* render: a child has been rendered */
+} frame;
+
 typedef struct tree {
     const hcb_print_node *nodes;
     size_t nnodes;
     size_t *width; /* per node: its width on one line */
     size_t *start; /* per array node: where its text begins in `texts` */
     size_t *tlen;  /* per array node: its length */
+    frame *frames; /* nnodes of them: the open containers */
     textbuf texts;
     const hcb_array *arrays;
     size_t narrays, next_array;
@@ -31,6 +44,18 @@ typedef struct tree {
 static const char *const opens[] = {"", "", "( ", "[ ", "{ "};
 static const char *const closes[] = {"", "", " )", " ]", " }"};
 
+/* The width of `n` bytes of UTF-8 text in characters: the bytes that do
+ * not continue a character (any other byte, NUL included, is one). */
+static size_t
+text_width(const char *p, size_t n)
+{
+    size_t i, w = 0;
+
+    for (i = 0; i < n; i++)
+        w += ((unsigned char)p[i] & 0xC0) != 0x80;
+    return w;
+}
+
 /* Whether a node takes the next array (ARRAY and STR differ in its text). */
 static bool
 takes_array(hcb_print_kind kind)
@@ -39,38 +64,33 @@ takes_array(hcb_print_kind kind)
            kind == HCB_PRINT_FIELD;
 }
 
-/* Checks the subtree at `i`, formats its arrays, computes widths; returns
- * the index after it, or nnodes + 1 on error (t->rc says which). */
-static size_t
-measure(tree *t, size_t i, bool in_dict, int depth)
+static bool
+is_container(hcb_print_kind kind)
 {
-    const hcb_print_node *nd;
-    size_t j, w;
-    int32_t c;
+    return kind == HCB_PRINT_TUPLE || kind == HCB_PRINT_LIST ||
+           kind == HCB_PRINT_DICT || kind == HCB_PRINT_CONCAT;
+}
 
-    if (i >= t->nnodes || depth > 256) {
-        t->rc =
-            hcb_error_set(t->err, HCB_EINVAL,
-                          i >= t->nnodes ? "print nodes end inside a container"
-                                         : "print nodes nest too deep");
-        return t->nnodes + 1;
-    }
-    nd = &t->nodes[i];
+/* Measures node `i`, whose parent is a dict when `in_dict`: checks it,
+ * formats its array, sets its width unless it is a container with
+ * children.  Returns false on error (t->rc says which). */
+static bool
+measure_node(tree *t, size_t i, bool in_dict)
+{
+    const hcb_print_node *nd = &t->nodes[i];
+
     if (in_dict && nd->key == NULL) {
         t->rc = hcb_error_set(t->err, HCB_EINVAL,
                               "print node %zu is in a dict but has no key", i);
-        return t->nnodes + 1;
+        return false;
     }
-    switch (nd->kind) {
-    case HCB_PRINT_ARRAY:
-    case HCB_PRINT_STR:
-    case HCB_PRINT_FIELD:
+    if (takes_array(nd->kind)) {
         if (t->next_array >= t->narrays) {
             t->rc = hcb_error_set(t->err, HCB_EINVAL,
                                   "print nodes use more than the %zu arrays "
                                   "given",
                                   t->narrays);
-            return t->nnodes + 1;
+            return false;
         }
         t->start[i] = t->texts.len;
         t->rc = nd->kind != HCB_PRINT_ARRAY
@@ -79,100 +99,156 @@ measure(tree *t, size_t i, bool in_dict, int depth)
                     : hcb__append_array(&t->texts, &t->arrays[t->next_array],
                                         t->o, t->err);
         if (t->rc != HCB_OK)
-            return t->nnodes + 1;
+            return false;
         t->next_array++;
         t->width[i] = t->tlen[i] = t->texts.len - t->start[i];
-        return i + 1;
-    case HCB_PRINT_TEXT:
+        return true;
+    }
+    if (nd->kind == HCB_PRINT_TEXT) {
         if (nd->text == NULL) {
             t->rc = hcb_error_set(t->err, HCB_EINVAL,
                                   "print node %zu is text but has none", i);
-            return t->nnodes + 1;
+            return false;
         }
-        t->width[i] = strlen(nd->text);
-        return i + 1;
-    case HCB_PRINT_TUPLE:
-    case HCB_PRINT_LIST:
-    case HCB_PRINT_DICT:
-    case HCB_PRINT_CONCAT:
-        if (nd->count < 0) {
-            t->rc = hcb_error_set(t->err, HCB_EINVAL,
-                                  "print node %zu has %d children", i,
-                                  (int)nd->count);
-            return t->nnodes + 1;
-        }
-        w = nd->kind == HCB_PRINT_CONCAT
-                ? 0
-                : 4 + (nd->count > 0 ? (size_t)nd->count - 1 : 0);
-        for (j = i + 1, c = 0; c < nd->count; c++) {
-            size_t child = j;
-
-            j = measure(t, j, nd->kind == HCB_PRINT_DICT, depth + 1);
-            if (j > t->nnodes)
-                return j;
-            w += t->width[child];
-            if (nd->kind == HCB_PRINT_DICT)
-                w += strlen(t->nodes[child].key) + 1;
-        }
-        t->width[i] = w;
-        return j;
-    default:
+        t->width[i] = text_width(nd->text, nd->text_len);
+        return true;
+    }
+    if (!is_container(nd->kind)) {
         t->rc = hcb_error_set(t->err, HCB_EINVAL,
                               "print node %zu has kind %d, expected 0..7", i,
                               (int)nd->kind);
-        return t->nnodes + 1;
+        return false;
+    }
+    if (nd->count < 0) {
+        t->rc =
+            hcb_error_set(t->err, HCB_EINVAL, "print node %zu has %d children",
+                          i, (int)nd->count);
+        return false;
+    }
+    /* the brackets and the spaces between the children */
+    t->width[i] = nd->kind == HCB_PRINT_CONCAT
+                      ? 0
+                      : 4 + (nd->count > 0 ? (size_t)nd->count - 1 : 0);
+    return true;
+}
+
+/* Checks the tree at node 0, formats its arrays, computes widths; returns
+ * the index after it, or nnodes + 1 on error (t->rc says which). */
+static size_t
+measure(tree *t)
+{
+    size_t i = 0, depth = 0, done;
+
+    for (;;) {
+        const hcb_print_node *nd;
+        bool in_dict = depth > 0 && t->nodes[t->frames[depth - 1].node].kind ==
+                                        HCB_PRINT_DICT;
+
+        if (i >= t->nnodes) {
+            t->rc = hcb_error_set(t->err, HCB_EINVAL,
+                                  "print nodes end inside a container");
+            return t->nnodes + 1;
+        }
+        if (!measure_node(t, i, in_dict))
+            return t->nnodes + 1;
+        nd = &t->nodes[i];
+        if (is_container(nd->kind) && nd->count > 0) {
+            t->frames[depth++] =
+                (frame){.node = i, .left = nd->count, .width = t->width[i]};
+            i++;
+            continue;
+        }
+        /* node `done` is complete: its width goes to its container, which
+         * is complete too once it has all of its children */
+        done = i++;
+        for (;;) {
+            frame *f;
+
+            if (depth == 0)
+                return i;
+            f = &t->frames[depth - 1];
+            f->width += t->width[done];
+            if (t->nodes[f->node].kind == HCB_PRINT_DICT)
+                f->width +=
+                    text_width(t->nodes[done].key, t->nodes[done].key_len) + 1;
+            if (--f->left > 0)
+                break;
+            t->width[f->node] = f->width;
+            done = f->node;
+            depth--;
+        }
     }
 }
 
-/* Lays out the subtree at `i` (measured) at column *col, children indented
- * to `indent` + 2; `flat` when an enclosing container is on one line. */
-static size_t
-render(tree *t, textbuf *out, size_t i, size_t indent, bool flat, size_t *col)
+/* Lays out the measured tree at node 0: containers on one line when they
+ * fit in the width from where they start, else one child per line,
+ * indented two more than their container; CONCAT's children inline. */
+static void
+render(tree *t, textbuf *out)
 {
-    const hcb_print_node *nd = &t->nodes[i];
-    size_t j;
-    int32_t c;
+    size_t i = 0, depth = 0, col = 0, indent = 0, maxw;
+    bool flat = false;
 
-    if (takes_array(nd->kind)) {
-        hcb__textbuf_put(out, t->texts.p + t->start[i], t->tlen[i]);
-        *col += t->tlen[i];
-        return i + 1;
-    }
-    if (nd->kind == HCB_PRINT_TEXT) {
-        hcb__textbuf_put(out, nd->text, t->width[i]);
-        *col += t->width[i];
-        return i + 1;
-    }
-    if (nd->kind == HCB_PRINT_CONCAT) {
-        for (j = i + 1, c = 0; c < nd->count; c++)
-            j = render(t, out, j, indent, flat, col);
-        return j;
-    }
-    flat = flat ||
-           *col + t->width[i] <= (size_t)(t->o->width < 0 ? 0 : t->o->width);
-    hcb__textbuf_put(out, opens[nd->kind], 2);
-    *col += 2;
-    for (j = i + 1, c = 0; c < nd->count; c++) {
-        if (c > 0 && flat) {
-            hcb__textbuf_putc(out, ' ');
-            *col += 1;
-        } else if (c > 0) {
-            hcb__textbuf_putc(out, '\n');
-            hcb__textbuf_fill(out, ' ', indent + 2);
-            *col = indent + 2;
-        }
-        if (nd->kind == HCB_PRINT_DICT) {
-            size_t kl = strlen(t->nodes[j].key);
+    maxw = (size_t)(t->o->width < 0 ? 0 : t->o->width);
+    for (;;) {
+        const hcb_print_node *nd = &t->nodes[i];
 
-            hcb__textbuf_put(out, t->nodes[j].key, kl);
-            hcb__textbuf_putc(out, '=');
-            *col += kl + 1;
+        if (takes_array(nd->kind)) {
+            hcb__textbuf_put(out, t->texts.p + t->start[i], t->tlen[i]);
+            col += t->tlen[i];
+        } else if (nd->kind == HCB_PRINT_TEXT) {
+            hcb__textbuf_put(out, nd->text, nd->text_len);
+            col += t->width[i];
+        } else {
+            if (nd->kind != HCB_PRINT_CONCAT) {
+                flat = flat || col + t->width[i] <= maxw;
+                hcb__textbuf_put(out, opens[nd->kind], 2);
+                col += 2;
+            }
+            t->frames[depth++] = (frame){
+                .node = i, .left = nd->count, .indent = indent, .flat = flat};
         }
-        j = render(t, out, j, indent + 2, flat, col);
+        i++;
+        /* the next node to render: the next child of the innermost
+         * container that has one, closing those that have none left */
+        for (;;) {
+            frame *f;
+            hcb_print_kind kind;
+
+            if (depth == 0)
+                return;
+            f = &t->frames[depth - 1];
+            kind = t->nodes[f->node].kind;
+            if (f->left == 0) {
+                if (kind != HCB_PRINT_CONCAT) {
+                    hcb__textbuf_put(out, closes[kind], 2);
+                    col += 2;
+                }
+                depth--;
+                continue;
+            }
+            if (kind != HCB_PRINT_CONCAT && f->started && f->flat) {
+                hcb__textbuf_putc(out, ' ');
+                col += 1;
+            } else if (kind != HCB_PRINT_CONCAT && f->started) {
+                hcb__textbuf_putc(out, '\n');
+                hcb__textbuf_fill(out, ' ', f->indent + 2);
+                col = f->indent + 2;
+            }
+            f->started = true;
+            f->left--;
+            if (kind == HCB_PRINT_DICT) {
+                const hcb_print_node *child = &t->nodes[i];
+
+                hcb__textbuf_put(out, child->key, child->key_len);
+                hcb__textbuf_putc(out, '=');
+                col += text_width(child->key, child->key_len) + 1;
+            }
+            indent = kind == HCB_PRINT_CONCAT ? f->indent : f->indent + 2;
+            flat = f->flat;
+            break;
+        }
     }
-    hcb__textbuf_put(out, closes[nd->kind], 2);
-    *col += 2;
-    return j;
 }
 
 static int
@@ -183,7 +259,7 @@ format_value_in_default_env(const hcb_print_node *nodes, size_t nnodes,
 {
     tree t;
     textbuf out = {0};
-    size_t end, col = 0;
+    size_t end;
     int rc;
 
     if (opts == NULL)
@@ -206,11 +282,15 @@ format_value_in_default_env(const hcb_print_node *nodes, size_t nnodes,
     t.o = opts;
     t.err = err;
     t.width = hcb__calloc(nnodes, 3 * sizeof(size_t));
-    if (t.width == NULL)
+    t.frames = hcb__calloc(nnodes, sizeof(frame));
+    if (t.width == NULL || t.frames == NULL) {
+        hcb__free(t.width);
+        hcb__free(t.frames);
         return hcb_error_set(err, HCB_ENOMEM, "out of memory formatting");
+    }
     t.start = t.width + nnodes;
     t.tlen = t.start + nnodes;
-    end = measure(&t, 0, false, 0);
+    end = measure(&t);
     rc = t.rc;
     if (rc == HCB_OK && end != nnodes)
         rc = hcb_error_set(err, HCB_EINVAL,
@@ -224,9 +304,10 @@ format_value_in_default_env(const hcb_print_node *nodes, size_t nnodes,
     if (rc == HCB_OK && t.texts.oom)
         rc = hcb_error_set(err, HCB_ENOMEM, "out of memory formatting");
     if (rc == HCB_OK)
-        render(&t, &out, 0, 0, false, &col);
+        render(&t, &out);
     hcb__free(t.texts.p);
     hcb__free(t.width);
+    hcb__free(t.frames);
     if (rc != HCB_OK) {
         hcb__free(out.p);
         return rc;

@@ -12,16 +12,63 @@
  */
 #include "runtime/runtime.h"
 
+/* Logs, for a call that has waited `waited_s` seconds for the taps its
+ * device issued before it, what it waits behind: a backlog if `delivered`
+ * taps were delivered meanwhile (at most once a minute per device), else
+ * that the tap function running now has not returned -- the likely cause,
+ * that it runs a computation which contains this call. */
+static void
+note_call_wait(hcb_runtime *rt, channel *ch, const target *t, uint64_t mark,
+               uint64_t waited_s, uint64_t delivered)
+{
+    const target *running =
+        atomic_load_explicit(&ch->delivering, memory_order_relaxed);
+    uint64_t now = hcb__now_ns(), last = atomic_load(&ch->call_noted_ns);
+    uint64_t left = hcb__queue_delivered(&ch->queue);
+    const char *platform =
+        HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu";
+
+    left = mark > left ? mark - left : 0;
+    if (delivered > 0) {
+        if ((last != 0 && now - last < STALL_WARN_EVERY_NS) ||
+            !atomic_compare_exchange_strong(&ch->call_noted_ns, &last, now))
+            return;
+        hcb__runtime_warn(
+            rt,
+            "call '%s' on %s:%d has waited %llu s for the taps its device "
+            "issued before it: a backlog of %llu taps not yet delivered "
+            "(the queue holds %zu bytes), %llu delivered meanwhile.  It "
+            "goes on waiting",
+            t->name, platform, (int)HCB_DEVICE_ORDINAL(ch->device),
+            (unsigned long long)waited_s, (unsigned long long)left,
+            atomic_load(&ch->queue.bytes), (unsigned long long)delivered);
+        return;
+    }
+    hcb__runtime_warn(
+        rt,
+        "call '%s' on %s:%d has waited %llu s for the taps its device "
+        "issued before it (%llu not yet delivered), and none was delivered "
+        "meanwhile (the tap function now running: '%s').  It goes on "
+        "waiting.  If a tap function of that device runs a computation that "
+        "contains this call, they wait for each other: run that computation "
+        "on another device, or outside the tap function (after "
+        "barrier_wait)",
+        t->name, platform, (int)HCB_DEVICE_ORDINAL(ch->device),
+        (unsigned long long)waited_s, (unsigned long long)left,
+        running != NULL ? running->name : "(none)");
+}
+
 /* Before a call on `ch`'s device: delivers the taps that device issued
- * earlier.  Warns when that takes long: the likely cause is a tap function
- * that runs this very computation (it waits for the call, which waits for
- * it). */
+ * earlier.  Every HCB_CALL_WAIT_WARN_NS it says what it waits for
+ * (note_call_wait), until it has said that no tap was delivered: the likely
+ * cause is then a tap function that runs this very computation (it waits
+ * for the call, which waits for it), and the call waits without a word
+ * more. */
 static int
 deliver_earlier_taps(hcb_runtime *rt, channel *ch, const target *t,
                      hcb_error *err)
 {
-    const target *running;
-    uint64_t mark;
+    uint64_t mark, waited_s = 0;
     int rc;
 
     if (hcb__queue_idle(&ch->queue))
@@ -30,23 +77,18 @@ deliver_earlier_taps(hcb_runtime *rt, channel *ch, const target *t,
         (rc = hcb__ensure_consumer(ch, true, err)) != HCB_OK)
         return rc;
     mark = hcb__queue_mark(&ch->queue);
-    if (hcb__queue_wait_mark(&ch->queue, mark,
-                             hcb__now_ns() + HCB_CALL_WAIT_WARN_NS))
-        return HCB_OK;
-    running = atomic_load_explicit(&ch->delivering, memory_order_relaxed);
-    hcb__runtime_warn(
-        rt,
-        "call '%s' on %s:%d has waited %llu s for the taps its "
-        "device issued before it (the tap function now running: "
-        "'%s').  It goes on waiting.  If a tap function of that "
-        "device runs a computation that contains this call, they "
-        "wait for each other: run that computation on another "
-        "device, or outside the tap function (after barrier_wait)",
-        t->name,
-        HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu",
-        (int)HCB_DEVICE_ORDINAL(ch->device),
-        (unsigned long long)(HCB_CALL_WAIT_WARN_NS / 1000000000u),
-        running != NULL ? running->name : "(none)");
+    for (;;) {
+        uint64_t before = hcb__queue_delivered(&ch->queue), delivered;
+
+        if (hcb__queue_wait_mark(&ch->queue, mark,
+                                 hcb__now_ns() + HCB_CALL_WAIT_WARN_NS))
+            return HCB_OK;
+        waited_s += HCB_CALL_WAIT_WARN_NS / 1000000000u;
+        delivered = hcb__queue_delivered(&ch->queue) - before;
+        note_call_wait(rt, ch, t, mark, waited_s, delivered);
+        if (delivered == 0)
+            break;
+    }
     hcb__queue_wait_mark(&ch->queue, mark, 0);
     return HCB_OK;
 }

@@ -37,12 +37,15 @@ channel_new(hcb_runtime *rt, hcb_device device, hcb_error *err)
     atomic_init(&ch->errors, 0);
     atomic_init(&ch->delivering, NULL);
     atomic_init(&ch->stall_warned_ns, 0);
+    atomic_init(&ch->call_noted_ns, 0);
     if (hcb__queue_init(&ch->queue, rt->max_queue_bytes) != HCB_OK) {
         hcb__free(ch);
         hcb_error_set(err, HCB_ESYSTEM, "cannot initialise a device queue");
         return NULL;
     }
     hcb__queue_set_stall(&ch->queue, hcb__channel_stalled, ch, STALL_WARN_NS);
+    hcb__queue_set_check(&ch->queue, rt->submit_check, rt->submit_check_user,
+                         rt->submit_check_ns, device);
     if (hcb__mutex_init(&ch->lifecycle) != HCB_OK) {
         hcb__queue_destroy(&ch->queue);
         hcb__free(ch);
@@ -202,9 +205,30 @@ stop_channel(channel *ch)
             bytes, (double)atomic_load(&ch->queue.reserved_wait_ns) / 1e9);
 }
 
+/* The error of a submit (or reservation) of `size` bytes whose check
+ * stopped its wait for room, with the check's reason if it wrote one into
+ * `err` (cleared before the push). */
+static int
+stopped_error(channel *ch, size_t size, hcb_error *err)
+{
+    char why[HCB_ERROR_MESSAGE_SIZE];
+
+    snprintf(why, sizeof why, "%s", err->message);
+    return hcb_error_set(
+        err, HCB_ECALLBACK,
+        "tap of %zu bytes on %s:%d interrupted while waiting for room in its "
+        "queue (bound %zu bytes)%s%s; the records queued before it are still "
+        "delivered",
+        size,
+        HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu",
+        (int)HCB_DEVICE_ORDINAL(ch->device), atomic_load(&ch->queue.max_bytes),
+        why[0] != '\0' ? ": " : "", why);
+}
+
 int
 hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec, hcb_error *err)
 {
+    hcb_error local;
     channel *ch;
     int rc;
 
@@ -219,8 +243,46 @@ hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec, hcb_error *err)
         hcb_record_release(rec);
         return rc;
     }
-    if (!hcb__queue_push(&ch->queue, rec, hcb__consumer == ch))
+    if (err == NULL)
+        err = &local;
+    err->code = HCB_OK;
+    err->message[0] = '\0';
+    switch (hcb__queue_push(&ch->queue, rec, hcb__consumer == ch, err)) {
+    case HCB__PUSH_QUEUED:
+        return HCB_OK;
+    case HCB__PUSH_NO_CONSUMER:
         return hcb__ensure_consumer(ch, true, err);
+    default: /* HCB__PUSH_STOPPED: the submit check ended the wait */
+        break;
+    }
+    rc = stopped_error(ch, rec->size, err);
+    hcb_record_release(rec);
+    return rc;
+}
+
+int
+hcb_runtime_set_submit_check(hcb_runtime *rt, uint64_t poll_ns,
+                             hcb_submit_check_fn check, void *user,
+                             hcb_error *err)
+{
+    size_t i;
+
+    if (check != NULL && poll_ns == 0)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "submit check interval must be positive, got 0");
+    hcb__mutex_lock(&rt->mu);
+    rt->submit_check = check;
+    rt->submit_check_user = check != NULL ? user : NULL;
+    rt->submit_check_ns = check != NULL ? poll_ns : 0;
+    for (i = 0; i < CHANNEL_SLOTS; i++) {
+        channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_relaxed);
+
+        if (ch != NULL)
+            hcb__queue_set_check(&ch->queue, rt->submit_check,
+                                 rt->submit_check_user, rt->submit_check_ns,
+                                 ch->device);
+    }
+    hcb__mutex_unlock(&rt->mu);
     return HCB_OK;
 }
 
@@ -229,19 +291,29 @@ hcb__runtime_reserve(hcb_runtime *rt, hcb_device device, size_t bytes,
                      hcb_error *err)
 {
     channel *ch = channel_get(rt, device, err);
+    hcb__push_result res;
+    hcb_error local;
     int rc;
 
     if (ch == NULL)
         return err->code;
     if ((rc = hcb__ensure_consumer(ch, false, err)) != HCB_OK)
         return rc;
+    if (err == NULL)
+        err = &local;
+    err->code = HCB_OK;
+    err->message[0] = '\0';
     /* a consumer that exited, or is exiting, when the room was reserved:
      * the room is given back (the exiting one may wait for it: queue.c,
      * "Reservations"); another is started here, on the reserving thread,
      * which may wait for a stop's join, and the room reserved again */
-    while (!hcb__queue_reserve(&ch->queue, bytes, hcb__consumer == ch))
+    while ((res = hcb__queue_reserve(&ch->queue, bytes, hcb__consumer == ch,
+                                     err)) != HCB__PUSH_QUEUED) {
+        if (res == HCB__PUSH_STOPPED) /* the submit check ended the wait */
+            return stopped_error(ch, bytes, err);
         if ((rc = hcb__ensure_consumer(ch, true, err)) != HCB_OK)
             return rc;
+    }
     return HCB_OK;
 }
 
@@ -318,36 +390,58 @@ hcb_runtime_barrier(hcb_runtime *rt, hcb_device device, hcb_error *err)
 }
 
 /* A producer of `ch` (the device's thread) has waited `waited_ns` for room
- * in the queue (queue.c calls it once per wait, no lock held).  Warns, at
- * most once a minute per device, from the warning thread (runtime.h,
- * "Stalls"): if the tap function running now runs a computation on this
- * device, neither can go on. */
+ * in the queue, while `delivered` records were delivered (queue.c calls it
+ * once per wait, no lock held).  Warns, at most once a minute per device,
+ * from the warning thread (runtime.h, "Stalls"), naming the backlog: if
+ * records were delivered it only waits behind them; if none was, the tap
+ * function running now has not returned, and if it runs a computation on
+ * this device, neither can go on. */
 void
-hcb__channel_stalled(void *user, uint64_t waited_ns)
+hcb__channel_stalled(void *user, uint64_t waited_ns, uint64_t delivered)
 {
     channel *ch = user;
     const target *t =
         atomic_load_explicit(&ch->delivering, memory_order_relaxed);
     uint64_t now = hcb__now_ns();
     uint64_t last = atomic_load(&ch->stall_warned_ns);
+    uint64_t pushed = hcb__queue_mark(&ch->queue);
+    uint64_t left = hcb__queue_delivered(&ch->queue);
+    const char *platform =
+        HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu";
 
     if ((last != 0 && now - last < STALL_WARN_EVERY_NS) ||
         !atomic_compare_exchange_strong(&ch->stall_warned_ns, &last, now))
         return;
+    left = pushed > left ? pushed - left : 0;
+    if (delivered > 0) {
+        hcb__runtime_warn(
+            ch->rt,
+            "device %s:%d has waited %.1f s for room in its tap queue "
+            "(bound %zu bytes) behind a backlog: %llu taps (%zu bytes) "
+            "not yet delivered, %llu delivered meanwhile.  It goes on "
+            "waiting.  A larger bound (HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE) "
+            "makes the device wait less",
+            platform, (int)HCB_DEVICE_ORDINAL(ch->device),
+            (double)waited_ns / 1e9, atomic_load(&ch->queue.max_bytes),
+            (unsigned long long)left, atomic_load(&ch->queue.bytes),
+            (unsigned long long)delivered);
+        return;
+    }
     hcb__runtime_warn(
         ch->rt,
         "device %s:%d has waited %.1f s for room in its tap queue "
-        "(bound %zu bytes) while the tap function '%s' is running.  "
-        "It goes on waiting.  A tap function that runs a "
+        "(bound %zu bytes) while the tap function '%s' is running, and no "
+        "tap was delivered meanwhile (%llu taps, %zu bytes, not yet "
+        "delivered).  It goes on waiting.  A tap function that runs a "
         "computation (e.g. JAX) on the device that issued the tap "
         "deadlocks when that device's queue is full: the device "
         "waits for the tap function, which waits for the device.  "
         "Raise the queue bound (HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE), "
         "or move that work out of the tap function (after "
         "barrier_wait, or onto another device)",
-        HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu",
-        (int)HCB_DEVICE_ORDINAL(ch->device), (double)waited_ns / 1e9,
-        atomic_load(&ch->queue.max_bytes), t != NULL ? t->name : "(none)");
+        platform, (int)HCB_DEVICE_ORDINAL(ch->device), (double)waited_ns / 1e9,
+        atomic_load(&ch->queue.max_bytes), t != NULL ? t->name : "(none)",
+        (unsigned long long)left, atomic_load(&ch->queue.bytes));
 }
 
 int

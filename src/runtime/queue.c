@@ -65,7 +65,11 @@
  * down (back-pressure); nothing is dropped.  A producer that has waited
  * `stall_ns` calls `stall_fn` once (channels.c warns: a tap function that
  * runs a computation on the waiting device deadlocks), with `mu` released,
- * and waits on.
+ * and waits on.  A waiting producer also calls the queue's check as it
+ * starts to wait and every `check_ns`, with `mu` released (Python's Ctrl-C:
+ * hcb_runtime_set_submit_check);
+ * when the check says stop, the producer gives its reservation up and the
+ * push fails, leaving the record to the caller.
  *
  * Reservations.  A producer that cannot wait where its record is made (a
  * CUDA host function) reserves the record's bytes first, on a thread that
@@ -112,7 +116,7 @@
  *
  * Locks.  `mu` guards only sleeping and waiting; no other lock is taken
  * while holding it (channels.c takes the lifecycle lock *before* it), and no
- * callback (`stall_fn`) is called while holding it.
+ * callback (`stall_fn`, `check_fn`) is called while holding it.
  */
 #include <sched.h>
 
@@ -165,16 +169,24 @@ void
 hcb__queue_reset_after_fork(hcb__queue *q)
 {
     size_t max_bytes = atomic_load(&q->max_bytes);
-    void (*stall_fn)(void *, uint64_t) = q->stall_fn;
+    void (*stall_fn)(void *, uint64_t, uint64_t) = q->stall_fn;
     void *stall_user = q->stall_user;
     uint64_t stall_ns = q->stall_ns;
     uint64_t reserved_wait_ns = atomic_load(&q->reserved_wait_ns);
+    hcb_submit_check_fn check_fn = q->check_fn;
+    void *check_user = q->check_user;
+    uint64_t check_ns = q->check_ns;
+    hcb_device check_device = q->check_device;
 
     /* a failure leaves the old (unlocked-looking) memory: nothing better
      * can be done in a child, and glibc's init does not fail */
     (void)hcb__queue_init(q, max_bytes);
     hcb__queue_set_stall(q, stall_fn, stall_user, stall_ns);
     hcb__queue_set_reserved_wait(q, reserved_wait_ns);
+    q->check_fn = check_fn;
+    q->check_user = check_user;
+    q->check_ns = check_ns;
+    q->check_device = check_device;
 }
 
 /* Wakes the threads waiting on `progress`, if any.  Called after a change
@@ -199,8 +211,8 @@ hcb__queue_set_max_bytes(hcb__queue *q, size_t max_bytes)
 static void count_done(hcb__queue *q);
 
 void
-hcb__queue_set_stall(hcb__queue *q, void (*fn)(void *, uint64_t), void *user,
-                     uint64_t after_ns)
+hcb__queue_set_stall(hcb__queue *q, void (*fn)(void *, uint64_t, uint64_t),
+                     void *user, uint64_t after_ns)
 {
     q->stall_fn = fn;
     q->stall_user = user;
@@ -217,15 +229,97 @@ fits(const hcb__queue *q, size_t bytes, size_t size)
     return bytes <= max && size <= max - bytes;
 }
 
+void
+hcb__queue_set_check(hcb__queue *q, hcb_submit_check_fn fn, void *user,
+                     uint64_t every_ns, hcb_device device)
+{
+    hcb__mutex_lock(&q->mu);
+    q->check_fn = fn;
+    q->check_user = user;
+    q->check_ns = every_ns;
+    q->check_device = device;
+    hcb__mutex_unlock(&q->mu);
+}
+
+/* Calls the queue's check with `mu` released; true when it says stop. */
+static bool
+check_says_stop(hcb__queue *q, hcb_submit_check_fn check, void *user,
+                hcb_device device, uint64_t *state, hcb_error *err)
+{
+    bool stop;
+
+    hcb__mutex_unlock(&q->mu);
+    stop = check(user, device, state, err) != 0;
+    hcb__mutex_lock(&q->mu);
+    return stop;
+}
+
+/* Waits, with `mu` held and the caller counted in `waiters` and
+ * `space_waiters`, until `size` bytes fit; calls the stall callback once
+ * after `stall_ns`, and the check as it starts and every `check_ns`, each
+ * with `mu` released.  Returns false when the check ended the wait. */
+static bool
+wait_for_space(hcb__queue *q, size_t size, hcb_error *err)
+{
+    uint64_t t0 = hcb__now_ns(), delivered = hcb__queue_delivered(q);
+    bool stalled = q->stall_fn == NULL, stopped = false;
+    hcb_submit_check_fn check = q->check_fn;
+    void *check_user = q->check_user;
+    hcb_device device = q->check_device;
+    uint64_t check_ns = q->check_ns, next_check = t0 + check_ns, state = 0;
+    hcb_error scratch;
+
+    if (err == NULL) {
+        scratch.code = HCB_OK;
+        scratch.message[0] = '\0';
+        err = &scratch;
+    }
+    if (check != NULL)
+        stopped = check_says_stop(q, check, check_user, device, &state, err);
+    while (!stopped && !fits(q, atomic_load(&q->bytes), size)) {
+        uint64_t deadline = stalled ? 0 : t0 + q->stall_ns, now = 0;
+
+        if (check != NULL && (deadline == 0 || next_check < deadline))
+            deadline = next_check;
+        if (deadline == 0) {
+            hcb__cond_wait(&q->progress, &q->mu);
+            continue;
+        }
+        if (hcb__cond_wait_until(&q->progress, &q->mu, deadline) ||
+            (now = hcb__now_ns()) < deadline)
+            continue; /* woken: `fits` is checked again */
+        /* still counted in `waiters`: the consumer keeps broadcasting, and
+         * `fits` is checked again below */
+        if (!stalled && now >= t0 + q->stall_ns) {
+            stalled = true;
+            hcb__mutex_unlock(&q->mu);
+            q->stall_fn(q->stall_user, now - t0,
+                        hcb__queue_delivered(q) - delivered);
+            hcb__mutex_lock(&q->mu);
+        }
+        if (check != NULL && now >= next_check) {
+            stopped =
+                check_says_stop(q, check, check_user, device, &state, err);
+            next_check = hcb__now_ns() + check_ns;
+        }
+    }
+    q->waits++;
+    q->wait_ns += hcb__now_ns() - t0;
+    return !stopped;
+}
+
 /* Reserves `size` bytes under the bound, waiting for space unless the
- * caller is the consumer itself (it would wait for itself). */
-static void
-reserve(hcb__queue *q, size_t size, bool self_consumer)
+ * caller is the consumer itself (it would wait for itself).  Returns false
+ * when the queue's check ended the wait (nothing reserved). */
+static bool
+reserve(hcb__queue *q, size_t size, bool self_consumer, hcb_error *err)
 {
     size_t bytes = atomic_load_explicit(&q->bytes, memory_order_relaxed);
     size_t high;
 
     for (;;) {
+        bool waited;
+
         if (self_consumer || fits(q, bytes, size)) {
             if (atomic_compare_exchange_weak(&q->bytes, &bytes, bytes + size))
                 break;
@@ -236,30 +330,12 @@ reserve(hcb__queue *q, size_t size, bool self_consumer)
         count_done(q);
         hcb__mutex_lock(&q->mu);
         atomic_fetch_add(&q->waiters, 1);
-        {
-            uint64_t t0 = hcb__now_ns();
-            bool stalled = q->stall_fn == NULL;
-
-            while (!fits(q, atomic_load(&q->bytes), size)) {
-                if (stalled) {
-                    hcb__cond_wait(&q->progress, &q->mu);
-                } else if (!hcb__cond_wait_until(&q->progress, &q->mu,
-                                                 t0 + q->stall_ns) &&
-                           hcb__now_ns() >= t0 + q->stall_ns) {
-                    /* still counted in `waiters`: the consumer keeps
-                     * broadcasting, and `fits` is checked again below */
-                    stalled = true;
-                    hcb__mutex_unlock(&q->mu);
-                    q->stall_fn(q->stall_user, hcb__now_ns() - t0);
-                    hcb__mutex_lock(&q->mu);
-                }
-            }
-            q->waits++;
-            q->wait_ns += hcb__now_ns() - t0;
-        }
+        waited = wait_for_space(q, size, err);
         atomic_fetch_sub(&q->waiters, 1);
         atomic_fetch_sub(&q->space_waiters, 1);
         hcb__mutex_unlock(&q->mu);
+        if (!waited)
+            return false;
         bytes = atomic_load_explicit(&q->bytes, memory_order_relaxed);
     }
     high = atomic_load_explicit(&q->high_water, memory_order_relaxed);
@@ -268,6 +344,7 @@ reserve(hcb__queue *q, size_t size, bool self_consumer)
                &q->high_water, &high, bytes + size, memory_order_relaxed,
                memory_order_relaxed))
         ;
+    return true;
 }
 
 /* Puts `rec` last in the list: the swap orders it, the link publishes it
@@ -294,26 +371,31 @@ wake_consumer(hcb__queue *q)
     }
 }
 
-bool
-hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer)
+hcb__push_result
+hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer,
+                hcb_error *err)
 {
-    reserve(q, rec->size, self_consumer);
+    if (!reserve(q, rec->size, self_consumer, err))
+        return HCB__PUSH_STOPPED;
     atomic_fetch_add(&q->pushed, 1); /* before the link: see Counts */
     link_last(q, rec);
     wake_consumer(q);
-    return atomic_load(&q->consumer_active);
+    return atomic_load(&q->consumer_active) ? HCB__PUSH_QUEUED
+                                            : HCB__PUSH_NO_CONSUMER;
 }
 
-bool
-hcb__queue_reserve(hcb__queue *q, size_t size, bool self_consumer)
+hcb__push_result
+hcb__queue_reserve(hcb__queue *q, size_t size, bool self_consumer,
+                   hcb_error *err)
 {
-    reserve(q, size, self_consumer);
+    if (!reserve(q, size, self_consumer, err))
+        return HCB__PUSH_STOPPED;
     atomic_fetch_add(&q->reserved_bytes, size);
     atomic_fetch_add(&q->reserved, 1); /* before the read: see Reservations */
     if (atomic_load(&q->consumer_active))
-        return true;
+        return HCB__PUSH_QUEUED;
     hcb__queue_unreserve(q, size); /* a closing consumer may wait for it */
-    return false;
+    return HCB__PUSH_NO_CONSUMER;
 }
 
 void
@@ -424,11 +506,18 @@ count_done(hcb__queue *q)
         hcb__queue_done(q, records, bytes);
 }
 
+uint64_t
+hcb__queue_delivered(hcb__queue *q)
+{
+    return atomic_load(&q->delivered);
+}
+
 void
 hcb__queue_finished(hcb__queue *q, size_t bytes)
 {
     uint64_t n;
 
+    atomic_fetch_add_explicit(&q->delivered, 1, memory_order_relaxed);
     atomic_fetch_add(&q->finished_bytes, bytes);
     n = atomic_fetch_add(&q->finished, 1) + 1;
     if (n >= DONE_BATCH || atomic_load(&q->space_waiters) > 0)

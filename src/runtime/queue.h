@@ -32,6 +32,9 @@ typedef struct hcb__queue {
     atomic_size_t finished_bytes; /* their bytes */
     _Atomic uint64_t done;        /* records ever done */
     _Atomic uint64_t bytes_out;   /* their bytes */
+    /* records whose tap function has returned, counted one by one (done
+     * lags behind in batches): whether a queue moves */
+    _Atomic uint64_t delivered;
     char pad2[64];
 
     /* Read on every push, written rarely. */
@@ -62,9 +65,17 @@ typedef struct hcb__queue {
 
     /* Called (no lock held) once by a producer that has waited `stall_ns`
      * for space (see hcb__queue_set_stall); NULL: none.  Set before use. */
-    void (*stall_fn)(void *user, uint64_t waited_ns);
+    void (*stall_fn)(void *user, uint64_t waited_ns, uint64_t delivered);
     void *stall_user;
     uint64_t stall_ns;
+
+    /* Under mu: called (no lock held) by a producer waiting for space as
+     * it starts to wait and every `check_ns`; nonzero ends its wait (see
+     * hcb__queue_set_check).  NULL: none.  `check_device` is passed on. */
+    hcb_submit_check_fn check_fn;
+    void *check_user;
+    uint64_t check_ns;
+    hcb_device check_device;
 
     /* Never a record: it stands in the list when the queue is empty, so
      * that a producer always has a `tail` to link after. */
@@ -78,32 +89,57 @@ void hcb__queue_destroy(hcb__queue *q);
  * waiter, and its lock and conditions new (their holders and waiters are
  * threads the child does not have).  The records queued or in delivery at
  * the fork are the parent's to deliver: they are left alone (not freed:
- * the ones in delivery are not reachable).  The bound and the stall
- * callback stay. */
+ * the ones in delivery are not reachable).  The bound, the stall callback
+ * and the check stay. */
 void hcb__queue_reset_after_fork(hcb__queue *q);
 
 void hcb__queue_set_max_bytes(hcb__queue *q, size_t max_bytes);
 
 /* Has a producer that has waited `after_ns` for space call `fn(user,
- * waited_ns)` once, with no lock held, and then go on waiting.  Call before
- * the queue is used. */
-void hcb__queue_set_stall(hcb__queue *q, void (*fn)(void *, uint64_t),
+ * waited_ns, delivered)` once, with no lock held, and then go on waiting;
+ * `delivered` counts the records delivered while it waited (none: the
+ * queue does not move).  Call before the queue is used. */
+void hcb__queue_set_stall(hcb__queue *q, void (*fn)(void *, uint64_t, uint64_t),
                           void *user, uint64_t after_ns);
 
-/* Appends `rec` (ownership passes to the queue), waiting while it does not
- * fit under the bound.  Returns whether a consumer is active; if not, the
- * caller must start one.  `self_consumer` is true when the caller is this
- * queue's own consumer thread: it never waits (it would wait for itself). */
-bool hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer);
+/* The records whose tap function has returned so far, counted as each
+ * returns: two readings tell whether the queue moved between them. */
+uint64_t hcb__queue_delivered(hcb__queue *q);
+
+/* Has a producer waiting for space call `fn(user, device, &state, err)` as
+ * it starts to wait and then every `every_ns`, with no lock held, in its own
+ * thread (`state` starts at 0 for each wait): when it returns nonzero the
+ * push stops waiting and fails (HCB__PUSH_STOPPED).  NULL: none.
+ * Thread-safe; producers already waiting keep the check they started with. */
+void hcb__queue_set_check(hcb__queue *q, hcb_submit_check_fn fn, void *user,
+                          uint64_t every_ns, hcb_device device);
+
+/* What hcb__queue_push did. */
+typedef enum {
+    HCB__PUSH_QUEUED = 0,      /* queued; a consumer is active */
+    HCB__PUSH_NO_CONSUMER = 1, /* queued; the caller must start a consumer */
+    HCB__PUSH_STOPPED = 2      /* not queued: the check ended the wait */
+} hcb__push_result;
+
+/* Appends `rec`, waiting while it does not fit under the bound.  Ownership
+ * passes to the queue once queued; with HCB__PUSH_STOPPED (the check of
+ * hcb__queue_set_check returned nonzero, and filled `err` when it could)
+ * the caller keeps it.  `self_consumer` is true when the caller is this
+ * queue's own consumer thread: it never waits (it would wait for itself).
+ * `err` may be NULL. */
+hcb__push_result hcb__queue_push(hcb__queue *q, hcb_record *rec,
+                                 bool self_consumer, hcb_error *err);
 
 /* The same in two steps, for a producer whose record is made later on a
  * thread that must not wait (a CUDA host function, once the record's
  * copies have landed).  hcb__queue_reserve takes room for `size` bytes,
  * waiting for it as hcb__queue_push does (the back-pressure falls on the
- * caller; `self_consumer` as there), counts a record on its way, and
- * returns true if a consumer is active; if none is, it gives the room
- * back and returns false (the caller starts one, after the stop that
- * closed the queue, and reserves again: queue.c, "Reservations").
+ * caller; `self_consumer`, the check and `err` as there), counts a
+ * record on its way, and returns HCB__PUSH_QUEUED if a consumer is active;
+ * if none is, it gives the room back and returns HCB__PUSH_NO_CONSUMER
+ * (the caller starts one, after the stop that closed the queue, and
+ * reserves again: queue.c, "Reservations"); HCB__PUSH_STOPPED when the
+ * check ended its wait (nothing reserved).
  * hcb__queue_push_reserved then appends `rec`
  * (ownership passes to the queue; its size must be `size`) and never
  * waits; hcb__queue_unreserve gives the room back instead.  While a
@@ -114,7 +150,8 @@ bool hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer);
  * noting what it gave up (hcb__queue_take_abandoned); a record that
  * arrives later waits in the queue for the next consumer (a barrier or
  * submit starts one). */
-bool hcb__queue_reserve(hcb__queue *q, size_t size, bool self_consumer);
+hcb__push_result hcb__queue_reserve(hcb__queue *q, size_t size,
+                                    bool self_consumer, hcb_error *err);
 void hcb__queue_push_reserved(hcb__queue *q, hcb_record *rec);
 void hcb__queue_unreserve(hcb__queue *q, size_t size);
 /* How long a closing consumer waits for reserved records while none

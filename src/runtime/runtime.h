@@ -86,21 +86,28 @@
  * thread says how many it left (a stream that stopped: a CUDA error).
  *
  * Stalls.  A producer that has waited STALL_WARN_NS for room in its queue
- * calls hcb__channel_stalled (no lock held), which warns of the likely
- * cause, naming the tap function running now (`delivering`): a tap
- * function that runs a computation on its own device while that device
- * waits for room.  At most once a minute per device; the producer goes on
- * waiting.  The warning is logged by the runtime's warning thread
- * ("hcb-warn", hcb__runtime_warn), never by the waiting thread: that one
- * is XLA's, which must not take the GIL for a log sink written in Python.
- * A GPU's XLA thread that waits for room in its pinned pool is warned
- * about the same way (src/ffi/pinned.c), naming the pool and
- * `delivering`.  The thread starts at the first warning and stops with
+ * calls hcb__channel_stalled (no lock held), which warns of what it waits
+ * for: a backlog, if records were delivered while it waited (it names how
+ * many taps and bytes are not yet delivered); else the likely cause,
+ * naming the tap function running now (`delivering`): a tap function that
+ * runs a computation on its own device while that device waits for room.
+ * A call that has waited HCB_CALL_WAIT_WARN_NS for its device's earlier
+ * taps (calls.c) says the same: a backlog (at most once a minute per
+ * device, `call_noted_ns`) or, when none was delivered meanwhile, that
+ * they may wait for each other.  At most once a minute per device; the
+ * producer goes on waiting.  The warning is logged by the runtime's
+ * warning thread ("hcb-warn", hcb__runtime_warn), never by the waiting
+ * thread: that one is XLA's, which must not take the GIL for a log sink
+ * written in Python.  A GPU's XLA thread that waits for room in its pinned
+ * pool is warned about the same way (src/ffi/pinned.c), naming the pool
+ * and `delivering`.  The thread starts at the first warning and stops with
  * the runtime.
  *
  * Barriers that must react while they wait (Python's Ctrl-C) use
  * hcb_runtime_barrier_poll: the wait wakes every poll interval and calls
- * the caller's check, with no lock held.
+ * the caller's check, with no lock held.  A producer waiting for room does
+ * the same with the runtime's submit check (hcb_runtime_set_submit_check);
+ * a check that says stop fails that submit, and the record is released.
  */
 #ifndef HCB_RUNTIME_H
 #define HCB_RUNTIME_H
@@ -151,6 +158,8 @@ typedef struct channel {
      * the stall warning. */
     _Atomic(const target *) delivering;
     _Atomic uint64_t stall_warned_ns; /* when it last warned; 0: never */
+    /* when a call last noted it waits behind a backlog; 0: never */
+    _Atomic uint64_t call_noted_ns;
 } channel;
 
 struct hcb_runtime {
@@ -167,6 +176,11 @@ struct hcb_runtime {
 
     hcb_log_fn log_fn; /* under mu */
     void *log_user;    /* under mu */
+    /* The check of producers waiting for room (hcb_runtime_set_submit_check),
+     * given to each channel's queue; under mu. */
+    hcb_submit_check_fn submit_check;
+    void *submit_check_user;
+    uint64_t submit_check_ns;
 
     /* The warning thread (hcb__runtime_warn) and the messages it has to
      * log, oldest at warn_head; all under warn_mu. */
@@ -249,7 +263,7 @@ void hcb__channel_free(channel *ch);
  * can happen while a stop is joining the old one. */
 int hcb__ensure_consumer(channel *ch, bool recheck, hcb_error *err);
 /* queue.c's stall callback: see "Stalls" above. */
-void hcb__channel_stalled(void *user, uint64_t waited_ns);
+void hcb__channel_stalled(void *user, uint64_t waited_ns, uint64_t delivered);
 
 /* Reserves room for a record of `bytes` in `device`'s queue, waiting for it
  * while the queue is full (back-pressure), and makes sure the device has a

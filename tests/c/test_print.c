@@ -26,6 +26,14 @@
 /* Large enough for every expected text here (the longest is ~140). */
 #define OUT_CAP 4096
 
+/* A node's string as hcb_print_node takes it: (pointer, length). */
+static size_t
+str_len(const char *s)
+{
+    return s != NULL ? strlen(s) : 0;
+}
+#define S(s) (s), str_len(s)
+
 /* ---- helpers ------------------------------------------------------------- */
 
 static hcb_print_options
@@ -604,8 +612,8 @@ test_snprintf_contract(void **state)
 static void
 test_value_snprintf_contract(void **state)
 {
-    const hcb_print_node nodes[2] = {{HCB_PRINT_TUPLE, 1, NULL, NULL},
-                                     {HCB_PRINT_TEXT, 0, NULL, "abc"}};
+    const hcb_print_node nodes[2] = {{HCB_PRINT_TUPLE, 1, S(NULL), S(NULL)},
+                                     {HCB_PRINT_TEXT, 0, S(NULL), S("abc")}};
     char buf[4];
     size_t len = 0;
 
@@ -748,25 +756,28 @@ test_value_errors(void **state)
     const hcb_array arrays[2] = {view(HCB_S32, 1, d1, v),
                                  view(HCB_S32, 1, d1, v)};
     const hcb_array f8 = view(HCB_F8E4M3FN, 1, d1, v);
-    const hcb_print_node two_arrays[3] = {{HCB_PRINT_TUPLE, 2, NULL, NULL},
-                                          {HCB_PRINT_ARRAY, 0, NULL, NULL},
-                                          {HCB_PRINT_ARRAY, 0, NULL, NULL}};
-    const hcb_print_node open_tuple[2] = {{HCB_PRINT_TUPLE, 3, NULL, NULL},
-                                          {HCB_PRINT_ARRAY, 0, NULL, NULL}};
-    const hcb_print_node keyless[3] = {{HCB_PRINT_DICT, 2, NULL, NULL},
-                                       {HCB_PRINT_ARRAY, 0, "a", NULL},
-                                       {HCB_PRINT_ARRAY, 0, NULL, NULL}};
-    const hcb_print_node extra[2] = {{HCB_PRINT_ARRAY, 0, NULL, NULL},
-                                     {HCB_PRINT_TEXT, 0, NULL, "x"}};
-    const hcb_print_node no_text[1] = {{HCB_PRINT_TEXT, 0, NULL, NULL}};
-    const hcb_print_node bad_kind[1] = {{(hcb_print_kind)9, 0, NULL, NULL}};
-    const hcb_print_node neg_count[1] = {{HCB_PRINT_LIST, -1, NULL, NULL}};
-    const hcb_print_node one_array[1] = {{HCB_PRINT_ARRAY, 0, NULL, NULL}};
-    hcb_print_node deep[301];
+    const hcb_print_node two_arrays[3] = {
+        {HCB_PRINT_TUPLE, 2, S(NULL), S(NULL)},
+        {HCB_PRINT_ARRAY, 0, S(NULL), S(NULL)},
+        {HCB_PRINT_ARRAY, 0, S(NULL), S(NULL)}};
+    const hcb_print_node open_tuple[2] = {
+        {HCB_PRINT_TUPLE, 3, S(NULL), S(NULL)},
+        {HCB_PRINT_ARRAY, 0, S(NULL), S(NULL)}};
+    const hcb_print_node keyless[3] = {{HCB_PRINT_DICT, 2, S(NULL), S(NULL)},
+                                       {HCB_PRINT_ARRAY, 0, S("a"), S(NULL)},
+                                       {HCB_PRINT_ARRAY, 0, S(NULL), S(NULL)}};
+    const hcb_print_node extra[2] = {{HCB_PRINT_ARRAY, 0, S(NULL), S(NULL)},
+                                     {HCB_PRINT_TEXT, 0, S(NULL), S("x")}};
+    const hcb_print_node no_text[1] = {{HCB_PRINT_TEXT, 0, S(NULL), S(NULL)}};
+    const hcb_print_node bad_kind[1] = {
+        {(hcb_print_kind)9, 0, S(NULL), S(NULL)}};
+    const hcb_print_node neg_count[1] = {
+        {HCB_PRINT_LIST, -1, S(NULL), S(NULL)}};
+    const hcb_print_node one_array[1] = {
+        {HCB_PRINT_ARRAY, 0, S(NULL), S(NULL)}};
     hcb_print_options bad = HCB_PRINT_OPTIONS_INIT;
     hcb_error err;
     char buf[64];
-    int i;
 
     (void)state;
     expect_error(hcb_format_value(two_arrays, 3, arrays, 1, NULL, buf,
@@ -807,13 +818,94 @@ test_value_errors(void **state)
     expect_error(hcb_format_value(one_array, 1, arrays, 1, &bad, buf,
                                   sizeof buf, NULL, &err),
                  &err, HCB_EINVAL, "sign is 'x'");
-    /* nesting is bounded, so a hostile tree cannot exhaust the stack */
-    for (i = 0; i < 300; i++)
-        deep[i] = (hcb_print_node){HCB_PRINT_TUPLE, 1, NULL, NULL};
-    deep[300] = (hcb_print_node){HCB_PRINT_TEXT, 0, NULL, "x"};
+}
+
+/* Any nesting is printed: the tree is walked with a stack of its own, not
+ * by recursion (a nesting of 100,000 would exhaust a thread's stack), and
+ * a wrong tree inside it is still found. */
+static void
+test_value_deep_nesting(void **state)
+{
+    enum { DEPTH = 100000 };
+    hcb_print_node *deep = calloc(DEPTH + 1, sizeof *deep);
+    char *buf = malloc(4 * DEPTH + 2), *want = malloc(4 * DEPTH + 2);
+    size_t len = 0, i;
+    hcb_error err;
+
+    (void)state;
+    assert_non_null(deep);
+    assert_non_null(buf);
+    assert_non_null(want);
+    for (i = 0; i < DEPTH; i++)
+        deep[i] = (hcb_print_node){i % 2 ? HCB_PRINT_LIST : HCB_PRINT_TUPLE, 1,
+                                   S(NULL), S(NULL)};
+    deep[DEPTH] = (hcb_print_node){HCB_PRINT_TEXT, 0, S(NULL), S("x")};
+    for (i = 0; i < DEPTH; i++)
+        memcpy(want + 2 * i, i % 2 ? "[ " : "( ", 2);
+    want[2 * DEPTH] = 'x';
+    for (i = 0; i < DEPTH; i++)
+        memcpy(want + 2 * DEPTH + 1 + 2 * i, (DEPTH - 1 - i) % 2 ? " ]" : " )",
+               2);
+    want[4 * DEPTH + 1] = '\0';
+    assert_int_equal(hcb_format_value(deep, DEPTH + 1, NULL, 0, NULL, buf,
+                                      4 * DEPTH + 2, &len, &err),
+                     HCB_OK);
+    assert_int_equal(len, 4 * DEPTH + 1);
+    assert_string_equal(buf, want);
+    /* the innermost node in a dict without its key */
+    deep[DEPTH - 1].kind = HCB_PRINT_DICT;
     expect_error(
-        hcb_format_value(deep, 301, NULL, 0, NULL, buf, sizeof buf, NULL, &err),
-        &err, HCB_EINVAL, "too deep");
+        hcb_format_value(deep, DEPTH + 1, NULL, 0, NULL, buf, 16, NULL, &err),
+        &err, HCB_EINVAL, "node 100000 is in a dict but has no key");
+    /* or one node short */
+    deep[DEPTH - 1].kind = HCB_PRINT_TUPLE;
+    expect_error(
+        hcb_format_value(deep, DEPTH, NULL, 0, NULL, buf, 16, NULL, &err), &err,
+        HCB_EINVAL, "end inside a container");
+    free(deep);
+    free(buf);
+    free(want);
+}
+
+/* Keys and texts are (pointer, length): a NUL byte goes through like any
+ * other, and UTF-8 text is measured in characters when a container decides
+ * whether it fits on one line. */
+static void
+test_value_texts_are_any_bytes(void **state)
+{
+    /* 20 characters, 40 bytes each */
+    static const char e20[] = "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+                              "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+                              "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+                              "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9";
+    const hcb_print_node concat[3] = {{HCB_PRINT_CONCAT, 2, NULL, 0, NULL, 0},
+                                      {HCB_PRINT_TEXT, 0, NULL, 0, "a\0b ", 4},
+                                      {HCB_PRINT_TEXT, 0, NULL, 0, "c\0", 2}};
+    const hcb_print_node dict[5] = {
+        {HCB_PRINT_DICT, 2, NULL, 0, NULL, 0},
+        {HCB_PRINT_TEXT, 0, "k\0", 2, "vvvvvvvvvv", 10},
+        {HCB_PRINT_DICT, 2, e20, 40, NULL, 0},
+        {HCB_PRINT_TEXT, 0, e20, 40, "x", 1},
+        {HCB_PRINT_TEXT, 0, e20, 40, "y", 1}};
+    char buf[256], want[256];
+    size_t len = 0, n;
+
+    (void)state;
+    assert_int_equal(
+        hcb_format_value(concat, 3, NULL, 0, NULL, buf, sizeof buf, &len, NULL),
+        HCB_OK);
+    assert_int_equal(len, 6);
+    assert_memory_equal(buf, "a\0b c\0", 7); /* and the terminating NUL */
+    /* the inner dict is 2 + 22 + 1 + 22 + 2 = 49 characters (89 bytes):
+     * on one line from column 23; the outer one, 88 characters, is not */
+    n = (size_t)snprintf(want, sizeof want,
+                         "{ k%c=vvvvvvvvvv\n  %s={ %s=x %s=y } }", 0, e20, e20,
+                         e20);
+    assert_int_equal(
+        hcb_format_value(dict, 5, NULL, 0, NULL, buf, sizeof buf, &len, NULL),
+        HCB_OK);
+    assert_int_equal(len, n);
+    assert_memory_equal(buf, want, n);
 }
 
 /* ---- values (id_print's layout) ------------------------------------------ */
@@ -836,7 +928,7 @@ check_value(const hcb_print_node *nodes, size_t nnodes, const hcb_array *arrays,
 
 #define NODE(kind, count, key, text)                                           \
     {                                                                          \
-        HCB_PRINT_##kind, count, key, text                                     \
+        HCB_PRINT_##kind, count, S(key), S(text)                               \
     }
 
 static void
@@ -1187,6 +1279,8 @@ main(void)
         cmocka_unit_test(test_option_errors),
         cmocka_unit_test(test_array_errors),
         cmocka_unit_test(test_value_errors),
+        cmocka_unit_test(test_value_deep_nesting),
+        cmocka_unit_test(test_value_texts_are_any_bytes),
         cmocka_unit_test(test_value_flat),
         cmocka_unit_test(test_value_broken),
         cmocka_unit_test(test_out_of_memory),

@@ -59,7 +59,7 @@ push_one(void *arg)
 {
     pusher *p = arg;
 
-    hcb__queue_push(p->q, p->rec, false);
+    hcb__queue_push(p->q, p->rec, false, NULL);
     atomic_store(&p->done, 1);
     return NULL;
 }
@@ -91,8 +91,8 @@ check_resumes_after_one_record(bool finish_first)
 
     hcb_record_release(probe);
     assert_int_equal(hcb__queue_init(&q, 2 * rsize), HCB_OK); /* two fit */
-    hcb__queue_push(&q, tu_record(1, 0, 0, 16), false);
-    hcb__queue_push(&q, tu_record(1, 0, 1, 16), false);
+    hcb__queue_push(&q, tu_record(1, 0, 0, 16), false, NULL);
+    hcb__queue_push(&q, tu_record(1, 0, 1, 16), false, NULL);
     hcb__queue_set_consumer_active(&q, true);
     chain = hcb__queue_pop(&q, 0, 0); /* the consumer takes both */
     r0 = chain;
@@ -150,15 +150,14 @@ test_reserved_room_is_pushed_without_waiting(void **state)
     hcb_record_release(probe);
     assert_int_equal(hcb__queue_init(&q, 2 * rsize), HCB_OK); /* two fit */
     hcb__queue_set_consumer_active(&q, true);
-    assert_true(hcb__queue_reserve(&q, rsize, false));
-    assert_true(hcb__queue_reserve(&q, rsize, false));
+    assert_int_equal(hcb__queue_reserve(&q, rsize, false, NULL), HCB__PUSH_QUEUED);
+    assert_int_equal(hcb__queue_reserve(&q, rsize, false, NULL), HCB__PUSH_QUEUED);
     assert_int_equal(q.bytes, 2 * rsize); /* full, nothing pushed yet */
     hcb__queue_push_reserved(&q, tu_record(1, 0, 0, 16));
     hcb__queue_push_reserved(&q, tu_record(1, 0, 1, 16));
     assert_int_equal(q.bytes, 2 * rsize);
     assert_int_equal(q.reserved, 0);
-    assert_true(
-        hcb__queue_reserve(&q, rsize, true)); /* its consumer: no wait */
+    assert_int_equal(hcb__queue_reserve(&q, rsize, true, NULL), HCB__PUSH_QUEUED); /* its consumer: no wait */
     hcb__queue_unreserve(&q, rsize);
     assert_int_equal(q.bytes, 2 * rsize);
     for (chain = hcb__queue_pop(&q, 0, 0); chain != NULL; chain = next, n++) {
@@ -194,7 +193,7 @@ test_a_closing_consumer_waits_for_reserved_records(void **state)
     assert_int_equal(hcb__queue_init(&q, 1 << 20), HCB_OK);
     c->q = &q;
     start(c, &t);
-    assert_true(hcb__queue_reserve(&q, rsize, false));
+    assert_int_equal(hcb__queue_reserve(&q, rsize, false, NULL), HCB__PUSH_QUEUED);
     hcb__queue_close(&q);
     tu_sleep_us(50000);
     assert_true(atomic_load(&q.consumer_active)); /* still there */
@@ -206,7 +205,7 @@ test_a_closing_consumer_waits_for_reserved_records(void **state)
     /* the same, the room given back instead */
     hcb__queue_reopen(&q);
     start(c, &t);
-    assert_true(hcb__queue_reserve(&q, 256, false));
+    assert_int_equal(hcb__queue_reserve(&q, 256, false, NULL), HCB__PUSH_QUEUED);
     hcb__queue_close(&q);
     for (i = 0; i < 20; i++)
         tu_sleep_us(1000);
@@ -242,10 +241,10 @@ test_a_refused_reservation_takes_nothing(void **state)
     assert_int_equal(hcb__queue_init(&q, 1 << 20), HCB_OK);
     c->q = &q;
     start(c, &t);
-    assert_true(hcb__queue_reserve(&q, rsize, false));
+    assert_int_equal(hcb__queue_reserve(&q, rsize, false, NULL), HCB__PUSH_QUEUED);
     hcb__queue_close(&q);
     hcb__queue_set_consumer_active(&q, false); /* the moment of the race */
-    assert_false(hcb__queue_reserve(&q, rsize, false));
+    assert_int_equal(hcb__queue_reserve(&q, rsize, false, NULL), HCB__PUSH_NO_CONSUMER);
     assert_int_equal(atomic_load(&q.reserved), 1); /* the first only */
     assert_int_equal(atomic_load(&q.bytes), rsize);
     hcb__queue_push_reserved(&q, tu_record(1, 0, 7, 16));
@@ -269,10 +268,11 @@ typedef struct stall_log {
 } stall_log;
 
 static void
-on_stall(void *user, uint64_t waited_ns)
+on_stall(void *user, uint64_t waited_ns, uint64_t delivered)
 {
     stall_log *s = user;
 
+    assert_int_equal(delivered, 0); /* the consumer holds the only record */
     atomic_store(&s->waited_ns, waited_ns);
     atomic_fetch_add(&s->calls, 1);
 }
@@ -293,7 +293,7 @@ test_stall_callback_once_per_wait(void **state)
     assert_int_equal(hcb__queue_init(&q, probe->size), HCB_OK);
     hcb_record_release(probe);
     hcb__queue_set_stall(&q, on_stall, &log, 20000000u); /* 20 ms */
-    hcb__queue_push(&q, tu_record(1, 0, 0, 16), false);
+    hcb__queue_push(&q, tu_record(1, 0, 0, 16), false, NULL);
     hcb__queue_set_consumer_active(&q, true);
     chain = hcb__queue_pop(&q, 0, 0);
     p.rec = tu_record(1, 0, 1, 16);
@@ -327,7 +327,9 @@ test_fifo_order(void **state)
     assert_int_equal(hcb__queue_init(&q, 1 << 20), HCB_OK);
     c->q = &q;
     for (i = 0; i < 100; i++)
-        assert_false(hcb__queue_push(&q, tu_record(1, 0, i, 1), false));
+        assert_int_equal(
+            hcb__queue_push(&q, tu_record(1, 0, i, 1), false, NULL),
+            HCB__PUSH_NO_CONSUMER);
     start(c, &t);
     finish(c, t);
     assert_int_equal(c->n, 100);
@@ -356,7 +358,7 @@ test_backpressure_tiny_bound_slow_consumer(void **state)
     c->delay_us = 200;
     start(c, &t);
     for (i = 0; i < 300; i++) {
-        hcb__queue_push(&q, tu_record(1, 0, i, 16), false);
+        hcb__queue_push(&q, tu_record(1, 0, i, 16), false, NULL);
         assert_true(q.high_water <= 2 * rsize);
     }
     finish(c, t);
@@ -383,9 +385,9 @@ test_oversized_record_passes_alone(void **state)
     c->q = &q;
     c->delay_us = 1000;
     start(c, &t);
-    hcb__queue_push(&q, tu_record(1, 0, 1, 1000), false);
-    hcb__queue_push(&q, tu_record(1, 0, 2, 1000), false); /* waits */
-    hcb__queue_push(&q, tu_record(1, 0, 3, 1000), false);
+    hcb__queue_push(&q, tu_record(1, 0, 1, 1000), false, NULL);
+    hcb__queue_push(&q, tu_record(1, 0, 2, 1000), false, NULL); /* waits */
+    hcb__queue_push(&q, tu_record(1, 0, 3, 1000), false, NULL);
     /* Never two at once: the high-water mark is one record. */
     assert_true(q.high_water < 2 * 4000);
     finish(c, t);
@@ -409,7 +411,7 @@ test_wait_done_waits_for_consumption(void **state)
     c->delay_us = 500;
     start(c, &t);
     for (i = 0; i < 20; i++)
-        hcb__queue_push(&q, tu_record(1, 0, i, 1), false);
+        hcb__queue_push(&q, tu_record(1, 0, i, 1), false, NULL);
     hcb__queue_wait_done(&q);
     assert_int_equal(c->n, 20); /* read by this thread after the barrier */
     finish(c, t);
@@ -428,11 +430,13 @@ test_close_reports_inactive_consumer(void **state)
     assert_int_equal(hcb__queue_init(&q, 1 << 20), HCB_OK);
     c->q = &q;
     start(c, &t);
-    assert_true(hcb__queue_push(&q, tu_record(1, 0, 7, 1), false));
+    assert_int_equal(hcb__queue_push(&q, tu_record(1, 0, 7, 1), false, NULL),
+                     HCB__PUSH_QUEUED);
     finish(c, t);
     hcb__queue_reopen(&q);
     /* No consumer now: a push says so, and the record waits (stranded). */
-    assert_false(hcb__queue_push(&q, tu_record(1, 0, 8, 1), false));
+    assert_int_equal(hcb__queue_push(&q, tu_record(1, 0, 8, 1), false, NULL),
+                     HCB__PUSH_NO_CONSUMER);
     assert_true(hcb__queue_stranded(&q));
     start(c, &t);
     finish(c, t);
@@ -498,7 +502,7 @@ stress_produce(void *arg)
     for (i = 0; i < PER_PRODUCER; i++) {
         hcb__queue_push(p->s->q,
                         tu_record(1, 0, p->id * PER_PRODUCER + i, 1 + i % 40),
-                        false);
+                        false, NULL);
         if (i % 500 == 499) {
             hcb__queue_wait_done(p->s->q);
             if (atomic_load(&p->s->last[p->id]) < i)

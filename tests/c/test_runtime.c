@@ -253,6 +253,277 @@ test_barrier_poll_interrupted(void **state)
     free(g);
 }
 
+typedef struct stop_after {
+    atomic_int calls;
+    int stop_at; /* stops on this call */
+    bool say;    /* fills err with its own message */
+} stop_after;
+
+static int
+submit_check_count(void *user, hcb_device device, uint64_t *wait_state,
+                   hcb_error *err)
+{
+    stop_after *s = user;
+
+    assert_int_equal(device, 0); /* tu_record's device */
+    assert_int_equal(*wait_state, (uint64_t)atomic_load(&s->calls));
+    (*wait_state)++;
+    if (atomic_fetch_add(&s->calls, 1) + 1 < s->stop_at)
+        return 0;
+    if (s->say)
+        hcb_error_set(err, HCB_EINVAL, "stopped by the test");
+    return 1;
+}
+
+/* A submit waiting for room calls the runtime's submit check as it starts
+ * to wait and while the tap function holds the queue full (the wait's state
+ * starts at 0 and is kept); when the check says stop, that submit
+ * fails with HCB_ECALLBACK (the check's message, else the runtime's), its
+ * record is not queued, the queued records are still delivered, and the
+ * runtime goes on. */
+static void
+test_submit_check_stops_a_waiting_submit(void **state)
+{
+    hcb_record *probe = tu_record(1, 0, 0, 16);
+    hcb_runtime *rt = new_runtime(2 * hcb_record_size(probe));
+    gate *g = calloc(1, sizeof *g);
+    uint64_t id = register_gate(rt, g, 0);
+    stop_after stop = {0, 3, false}, say = {0, 2, true};
+    hcb_stats st = HCB_STATS_INIT;
+    hcb_error err;
+
+    (void)state;
+    hcb_record_release(probe);
+    assert_int_equal(
+        hcb_runtime_set_submit_check(rt, 0, submit_check_count, &stop, &err),
+        HCB_EINVAL);
+    assert_non_null(strstr(err.message, "interval"));
+    assert_int_equal(hcb_runtime_set_submit_check(
+                         rt, 5000000u, submit_check_count, &stop, &err),
+                     HCB_OK);
+    /* 0 is held by its tap function, 1 fills the queue (a record counts
+     * until its tap function returns) */
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 0, 16), NULL),
+                     HCB_OK);
+    wait_holding(g);
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 1, 16), NULL),
+                     HCB_OK);
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 2, 16), &err),
+                     HCB_ECALLBACK);
+    assert_non_null(strstr(err.message, "interrupted while waiting for room"));
+    assert_int_equal(atomic_load(&stop.calls), 3);
+    /* the check's own reason; set on a channel that exists already */
+    assert_int_equal(hcb_runtime_set_submit_check(
+                         rt, 5000000u, submit_check_count, &say, NULL),
+                     HCB_OK);
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 3, 16), &err),
+                     HCB_ECALLBACK);
+    assert_non_null(
+        strstr(err.message, "): stopped by the test; the records queued"));
+    /* cleared: a submit waits as long as it takes */
+    assert_int_equal(hcb_runtime_set_submit_check(rt, 0, NULL, NULL, NULL),
+                     HCB_OK);
+    atomic_store(&g->release, 1);
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 4, 16), NULL),
+                     HCB_OK);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(atomic_load(&g->total), 3); /* 0, 1 and 4 */
+    assert_int_equal(atomic_load(&g->seen[2]), 0);
+    assert_int_equal(atomic_load(&g->seen[3]), 0);
+    assert_int_equal(atomic_load(&g->seen[4]), 1);
+    assert_int_equal(hcb_runtime_stats(rt, HCB_ALL_DEVICES, &st, NULL), HCB_OK);
+    assert_int_equal(st.queued_bytes, 0);
+    assert_int_equal(st.records_in, 3);
+    hcb_runtime_destroy(rt);
+    free(g);
+}
+
+/* The runtime's warnings, kept for the test to read. */
+typedef struct log_book {
+    pthread_mutex_t mu;
+    char text[8192];
+    size_t len;
+} log_book;
+
+static void
+book_log(void *user, const char *message)
+{
+    log_book *b = user;
+
+    pthread_mutex_lock(&b->mu);
+    b->len += (size_t)snprintf(b->text + b->len, sizeof b->text - b->len,
+                               "%s\n", message);
+    if (b->len >= sizeof b->text)
+        b->len = sizeof b->text - 1;
+    pthread_mutex_unlock(&b->mu);
+}
+
+static bool
+book_has(log_book *b, const char *part)
+{
+    bool found;
+
+    pthread_mutex_lock(&b->mu);
+    found = strstr(b->text, part) != NULL;
+    pthread_mutex_unlock(&b->mu);
+    return found;
+}
+
+static int
+nothing_call(void *user, hcb_device device, const hcb_array *args, size_t nargs,
+             const hcb_array *results, size_t nresults, hcb_error *err)
+{
+    (void)user, (void)device, (void)args, (void)nargs, (void)results;
+    (void)nresults, (void)err;
+    return 0;
+}
+
+static uint64_t
+register_nothing_call(hcb_runtime *rt)
+{
+    hcb_call_target c = HCB_CALL_TARGET_INIT;
+    uint64_t id = 0;
+
+    c.fn = nothing_call;
+    c.name = "after";
+    c.name_len = 5;
+    assert_int_equal(hcb_runtime_register_call(rt, &c, &id, NULL), HCB_OK);
+    return id;
+}
+
+typedef struct caller {
+    hcb_runtime *rt;
+    uint64_t id;
+    atomic_int done;
+} caller;
+
+static void *
+call_once(void *arg)
+{
+    caller *c = arg;
+
+    assert_int_equal(hcb_runtime_call(c->rt, c->id, 0, NULL, 0, NULL, 0, NULL),
+                     HCB_OK);
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+/* A call behind a backlog that is being delivered (3,000 taps of 1 ms
+ * each) says, after 2 s, how many taps are ahead of it, and does not say
+ * that it may be waiting for itself. */
+static void
+test_a_call_behind_a_backlog_names_it(void **state)
+{
+    hcb_runtime *rt = new_runtime(1 << 30);
+    tu_sink *s = tu_sink_new();
+    uint64_t id = register_sink(rt, s), call = register_nothing_call(rt);
+    log_book *book = calloc(1, sizeof *book);
+    int32_t i;
+
+    (void)state;
+    pthread_mutex_init(&book->mu, NULL);
+    hcb_runtime_set_log(rt, book_log, book);
+    s->delay_us = 1000;
+    for (i = 0; i < 3000; i++)
+        assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, i, 4), NULL),
+                         HCB_OK);
+    assert_int_equal(hcb_runtime_call(rt, call, 0, NULL, 0, NULL, 0, NULL),
+                     HCB_OK);
+    assert_int_equal(tu_sink_count(s), 3000);
+    /* 3,000 taps of at least 1 ms: the call waited more than 2 s */
+    assert_true(book_has(book, "call 'after' on cpu:0 has waited 2 s for "
+                               "the taps its device issued before it: a "
+                               "backlog of "));
+    assert_true(book_has(book, " taps not yet delivered (the queue holds "));
+    assert_true(book_has(book, " delivered meanwhile.  It goes on waiting"));
+    assert_false(book_has(book, "wait for each other"));
+    hcb_runtime_destroy(rt);
+    tu_sink_free(s);
+    pthread_mutex_destroy(&book->mu);
+    free(book);
+}
+
+/* A call behind a tap function that does not return says, after 2 s, that
+ * no tap was delivered and that they may wait for each other. */
+static void
+test_a_call_behind_a_stuck_tap_says_they_may_wait_for_each_other(void **state)
+{
+    hcb_runtime *rt = new_runtime(1 << 20);
+    gate *g = calloc(1, sizeof *g);
+    uint64_t id = register_gate(rt, g, 0);
+    log_book *book = calloc(1, sizeof *book);
+    caller c = {rt, register_nothing_call(rt), 0};
+    pthread_t t;
+    int i;
+
+    (void)state;
+    pthread_mutex_init(&book->mu, NULL);
+    hcb_runtime_set_log(rt, book_log, book);
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 0, 4), NULL),
+                     HCB_OK);
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 1, 4), NULL),
+                     HCB_OK);
+    wait_holding(g);
+    assert_int_equal(pthread_create(&t, NULL, call_once, &c), 0);
+    for (i = 0; i < 10000 && !book_has(book, "has waited"); i++)
+        tu_sleep_us(1000);
+    assert_true(book_has(book, "call 'after' on cpu:0 has waited 2 s for the "
+                               "taps its device issued before it (2 not yet "
+                               "delivered), and none was delivered meanwhile "
+                               "(the tap function now running: 'gate')"));
+    assert_true(book_has(book, "they wait for each other"));
+    assert_false(atomic_load(&c.done));
+    atomic_store(&g->release, 1);
+    pthread_join(t, NULL);
+    assert_int_equal(atomic_load(&g->total), 2);
+    hcb_runtime_destroy(rt);
+    free(g);
+    pthread_mutex_destroy(&book->mu);
+    free(book);
+}
+
+/* A device waiting for room behind a backlog that is being delivered (a
+ * record larger than the bound waits for an empty queue) says how much is
+ * ahead of it, without the deadlock's explanation; one behind a tap
+ * function that does not return gives it. */
+static void
+test_a_device_waiting_for_room_names_the_backlog(void **state)
+{
+    hcb_record *probe = tu_record(1, 0, 0, 4);
+    size_t small = hcb_record_size(probe);
+    hcb_runtime *rt = new_runtime(3000 * small);
+    tu_sink *s = tu_sink_new();
+    uint64_t id = register_sink(rt, s);
+    log_book *book = calloc(1, sizeof *book);
+    int32_t i;
+
+    (void)state;
+    hcb_record_release(probe);
+    pthread_mutex_init(&book->mu, NULL);
+    hcb_runtime_set_log(rt, book_log, book);
+    s->delay_us = 1000;
+    for (i = 0; i < 2900; i++)
+        assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, i, 4), NULL),
+                         HCB_OK);
+    /* larger than the bound: it waits for the queue to be empty */
+    assert_int_equal(
+        hcb_runtime_submit(rt, tu_record(id, 0, -1, 3000 * small), NULL),
+        HCB_OK);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(tu_sink_count(s), 2901);
+    /* 2,900 taps of at least 1 ms ahead: it waited more than 2 s */
+    assert_true(book_has(book, "device cpu:0 has waited "));
+    assert_true(book_has(book, " for room in its tap queue (bound "));
+    assert_true(book_has(book, " behind a backlog: "));
+    assert_true(book_has(book, " taps ("));
+    assert_true(book_has(book, " not yet delivered, "));
+    assert_false(book_has(book, "deadlocks"));
+    hcb_runtime_destroy(rt);
+    tu_sink_free(s);
+    pthread_mutex_destroy(&book->mu);
+    free(book);
+}
+
 /* A forked child gets a runtime of its own: its taps are delivered, its
  * barrier returns, the parent's pending taps are delivered by the parent
  * alone. */
@@ -707,6 +978,11 @@ main(void)
         cmocka_unit_test(test_backpressure_per_record),
         cmocka_unit_test(test_a_stall_is_warned_from_the_warning_thread),
         cmocka_unit_test(test_barrier_poll_interrupted),
+        cmocka_unit_test(test_submit_check_stops_a_waiting_submit),
+        cmocka_unit_test(test_a_call_behind_a_backlog_names_it),
+        cmocka_unit_test(
+            test_a_call_behind_a_stuck_tap_says_they_may_wait_for_each_other),
+        cmocka_unit_test(test_a_device_waiting_for_room_names_the_backlog),
         cmocka_unit_test(test_fork_child_has_its_own_runtime),
         cmocka_unit_test(test_several_producers_one_device),
         cmocka_unit_test(test_devices_have_their_own_queues),

@@ -98,6 +98,7 @@ def test_plain_fields_of_each_value_are_formatted_in_c(capsys, key):
     "c-path auto: {} {}",
     "c-path braces {a}: {{literal}} {{ {b} }}",
     "c-path unicode: α={a} — β={b} ✓",
+    "c-path NUL: a\x00b {a} c\x00 {b}",
     "{a}{b}",
 ])
 def test_keyword_positional_braces_and_unicode_in_c(capsys, fmt):

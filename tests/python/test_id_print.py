@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import logging
 import subprocess
 import sys
 import textwrap
@@ -457,6 +458,82 @@ def test_long_kwargs_lines_are_written_whole():
   hcb.barrier_wait()
   dev = jax.devices()[0]
   assert s.getvalue() == f"a: {long} device: {dev} z: {long}\n3\n"
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_any_text_goes_through_whole(path):
+  # A NUL byte used to end the text there (a: x, then nothing); non-ASCII
+  # text and a lone surrogate (os.fsdecode's) come back as they went in,
+  # in the keyword line, in dict keys (compared with JAX's pretty printer,
+  # which takes no lone surrogate) and around the device's name.  The
+  # Python path (a logging stream) formats with the same C printer.
+  s = io.StringIO()
+  value = {"k\x00\u00e9": np.arange(3.0), "z\u00e9": (np.int32(1), np.int32(2))}
+  stream: Any = s
+  if path == "python":
+    stream = logging.getLogger("test_any_text_goes_through_whole")
+    stream.propagate = False
+    stream.setLevel(logging.INFO)
+    handler = logging.StreamHandler(s)
+    stream.addHandler(handler)
+  try:
+    jax.jit(lambda v: hcb.id_print(v, a="x\x00y", b="zz", c="\u00e9\udcff",
+                                   output_stream=stream,
+                                   tap_with_device=True))(value)
+    hcb.barrier_wait()
+  finally:
+    if path == "python":
+      stream.removeHandler(handler)
+  dev = jax.devices()[0]
+  assert s.getvalue() == (f"a: x\x00y b: zz c: \u00e9\udcff device: {dev}\n"
+                          f"{expected_value(value)}\n")
+  assert "k\x00\u00e9=[0. 1. 2.]" in s.getvalue()
+
+
+def nested(value: Any, depth: int) -> Any:
+  for _ in range(depth):
+    value = [value]
+  return value
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_deep_containers_print_as_deep_as_id_tap_takes_them(collect, jit):
+  # JAX flattens a pytree one level deeper per nesting, up to Python's
+  # recursion limit.  id_tap took a container nested 500 deep while
+  # id_print raised RecursionError when traced (and its C printer refused
+  # more than 256 levels); now id_print takes what id_tap takes.
+  s = io.StringIO()
+
+  def both(x):
+    y = hcb.id_tap(collect, nested(x, 500))
+    return hcb.id_print(y, output_stream=s)
+
+  (jax.jit(both) if jit else both)(jnp.int32(7))
+  hcb.barrier_wait()
+  (value,) = collect.args
+  assert int(jax.tree_util.tree_leaves(value)[0]) == 7
+  assert jax.tree_util.tree_structure(value) == jax.tree_util.tree_structure(
+      nested(0, 500))
+  assert s.getvalue() == "[ " * 500 + "7" + " ]" * 500 + "\n"
+
+
+def test_too_deep_containers_are_refused_alike_by_id_tap_and_id_print():
+  # Past what JAX flattens, both raise the same RecursionError, naming
+  # themselves and the limit (it used to be a SystemError from nanobind
+  # for id_tap, and Python's bare RecursionError for id_print).
+  deep = nested(jnp.int32(7), sys.getrecursionlimit() + 100)
+  errors = {}
+  for name, api in (("id_tap", lambda v: hcb.id_tap(lambda a, t: None, v)),
+                    ("id_print", lambda v: hcb.id_print(
+                        v, output_stream=io.StringIO()))):
+    with pytest.raises(RecursionError) as e:
+      api(deep)
+    errors[name] = str(e.value)
+  assert errors["id_tap"].startswith("id_tap: the argument nests deeper than "
+                                     "JAX can flatten a pytree")
+  assert f"sys.getrecursionlimit() is {sys.getrecursionlimit()}" in (
+      errors["id_tap"])
+  assert errors["id_print"] == errors["id_tap"].replace("id_tap", "id_print")
 
 
 def test_kwargs_are_converted_to_text_once_when_traced():

@@ -86,3 +86,30 @@ def test_importing_the_package_replaces_none_of_jax_rules():
                         text=True, timeout=120)
   assert done.returncode == 0, done.stderr[-3000:]
   assert done.stdout.strip() == "ok"
+
+
+def test_only_programs_with_python_routed_callbacks_leave_the_fast_path():
+  # pxla.UnloadedMeshExecutable.build_unsafe_call is wrapped (_pacing.py):
+  # JAX's C++ fast path takes a program only while its callable is JAX's
+  # own ExecuteReplicated.  A program without callbacks, or with taps as
+  # our own custom calls, keeps it; jit over sharded operands with a tap
+  # (JAX's Python callback carries it) is paced.
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+  import host_callback as hcb
+
+  def unsafe_call(f, *args):
+    return jax.jit(f).lower(*args).compile()._executable.unsafe_call
+
+  mesh = Mesh(np.array(jax.devices()), ("d",))
+  xs = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("d")))
+  tap = lambda x: hcb.id_tap(lambda a, t: None, x)  # noqa: E731
+  replicated = _jax._pxla.ExecuteReplicated
+  assert isinstance(unsafe_call(lambda x: x + 1, xs), replicated)
+  assert isinstance(unsafe_call(tap, jnp.arange(8.0)), replicated)
+  paced = unsafe_call(tap, xs)
+  assert type(paced).__name__ == "_PacedCall"
+  assert isinstance(paced.call, replicated)

@@ -296,3 +296,40 @@ def test_bad_native_callbacks_are_refused_clearly(lib, lib_path, tmp_path):
     hcb.id_tap(call, x)
   with pytest.raises(TypeError, match="is a native tap"):
     hcb.buffer_callback(tap, jax.ShapeDtypeStruct((2,), np.float32))
+
+
+@pytest.mark.parametrize("make", [hcb.native_tap, hcb.native_call])
+def test_addresses_that_cannot_be_pointers_are_refused(lib, make):
+  # A negative int, or one past the largest pointer, would wrap around to
+  # another address (-1 tapped used to crash the process; address + 2**64
+  # ran the function at address).  The parameter is named.
+  address = ctypes.cast(lib.sum_tap, ctypes.c_void_p).value
+  top = 2 ** (8 * ctypes.sizeof(ctypes.c_void_p))
+  for bad in (-1, -address, address + top, top):
+    with pytest.raises(ValueError, match=r"fn must be an address from 1 to "
+                                         r"2\*\*(64|32)-1"):
+      make(bad)
+  for bad in (-1, address + top):
+    with pytest.raises(ValueError, match="user must be an address from 0"):
+      make(address, user=bad)
+  with pytest.raises(TypeError, match="user must be an address"):
+    make(address, user=2.5)
+  with pytest.raises(TypeError, match="user must be an address"):
+    make(address, user=True)
+  # In range, the largest pointer included, they are taken as given.
+  assert make(address, user=top - 1).user == top - 1
+  assert make(address, user=ctypes.c_void_p(None)).user == 0
+  assert make(address).address == address
+
+
+def test_the_extension_refuses_an_address_out_of_range():
+  # The same check where the address enters C (a caller of _hcb directly).
+  from host_callback import _hcb
+  top = 2 ** (8 * ctypes.sizeof(ctypes.c_void_p))
+  for register in (_hcb.register_native_tap, _hcb.register_native_call):
+    with pytest.raises(ValueError, match="an address must be from 0 to"):
+      register(-1, 0, "f")
+    with pytest.raises(ValueError, match="an address must be from 0 to"):
+      register(1, top, "f")
+    with pytest.raises(TypeError, match="an address must be an int"):
+      register("1", 0, "f")

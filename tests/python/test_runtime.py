@@ -184,6 +184,31 @@ def test_queue_bound_in_range(value, size, monkeypatch):
   assert _config.max_queue_bytes() == size
 
 
+def test_a_malformed_pinned_pool_size_is_refused_where_the_pool_is_set_up():
+  # The variable sizes the pinned pool of GPU callbacks: a machine without
+  # CUDA never reads it (a typo there used to break `import host_callback`
+  # everywhere), and a machine with CUDA refuses it, naming it, where the
+  # CUDA handlers are registered.
+  done = run_python("""
+      import jax
+      import host_callback as hcb
+      from host_callback import _runtime
+      seen = []
+      jax.jit(lambda x: hcb.id_tap(lambda a, t: seen.append(int(a)), x))(3)
+      hcb.barrier_wait()
+      print("taps", seen, flush=True)
+      try:
+        _runtime._register_cuda_handlers()
+      except ValueError as e:
+        print("error:", e, flush=True)
+      """, env={"HOST_CALLBACK_CUDA_PINNED_BYTE_SIZE": "lots"})
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.stdout.splitlines() == [
+      "taps [3]",
+      "error: HOST_CALLBACK_CUDA_PINNED_BYTE_SIZE must be a number of bytes "
+      "from 4194304 to 9223372036854775807, such as 512e6; got 'lots'"]
+
+
 def test_cuda_pinned_pool_setting(monkeypatch):
   from host_callback import _config
   monkeypatch.delenv("HOST_CALLBACK_CUDA_PINNED_BYTE_SIZE", raising=False)

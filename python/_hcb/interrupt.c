@@ -1,0 +1,124 @@
+/*
+ * interrupt.c - Ctrl-C while a device waits for room in a full tap queue.
+ *
+ * A device whose queue is full waits inside hcb_runtime_submit, on the
+ * thread XLA runs the tap on: an XLA worker, an Eigen thread of the
+ * program's thunks, or the caller's own thread (Python's main thread,
+ * inside jaxlib with the GIL released).  Python runs its signal handlers
+ * only on the main thread and only when that thread runs Python, which it
+ * does not while it waits for the computation (or inside it).  So a Ctrl-C
+ * used to go unseen for as long as the tap function held the queue full,
+ * forever if it never returned.
+ *
+ * The runtime's submit check (hcb_runtime_set_submit_check) lets a waiting
+ * device notice it: SIGINT's handler is chained with a counter of SIGINTs,
+ * and a device that sees the counter move while it waits stops waiting.
+ * Its computation fails ("... interrupted while waiting for room in its
+ * queue ...: Ctrl-C (SIGINT)"), the records queued before it are
+ * delivered as usual, and Python's own handler, which the chain calls
+ * first, then runs as soon as the main thread runs Python again
+ * (KeyboardInterrupt by default).  The check takes no lock but its own and
+ * never the GIL, so it is safe on any thread, CUDA's host-function thread
+ * included.
+ *
+ * The chain: at configure, and again as each wait starts (Python puts its
+ * own handler back whenever signal.signal(SIGINT, ...) is called), if
+ * SIGINT's handler is a function and not ours, ours is installed in front
+ * of it.  SIG_DFL and SIG_IGN are left alone.  `hook_mu` (a leaf: nothing
+ * is taken under it) serialises the re-installs.
+ */
+#include "hcbpy.h" /* first: Python.h sets the POSIX feature macros */
+
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+
+/* SIGINTs received since the process started (the handler's counter). */
+static atomic_uint_fast64_t sigints;
+
+/* The handler ours calls after counting: at most one is non-NULL, set under
+ * hook_mu before ours is installed, read by the handler. */
+static _Atomic(void (*)(int)) next_handler;
+static _Atomic(void (*)(int, siginfo_t *, void *)) next_action;
+
+static pthread_mutex_t hook_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void
+on_sigint(int sig, siginfo_t *info, void *context)
+{
+    void (*action)(int, siginfo_t *, void *) = atomic_load(&next_action);
+    void (*handler)(int) = atomic_load(&next_handler);
+
+    atomic_fetch_add(&sigints, 1);
+    if (action != NULL)
+        action(sig, info, context);
+    else if (handler != NULL)
+        handler(sig);
+}
+
+/* Puts on_sigint in front of SIGINT's handler unless it is there already
+ * or the handler is SIG_DFL or SIG_IGN. */
+static void
+hook_sigint(void)
+{
+    struct sigaction now, ours;
+
+    pthread_mutex_lock(&hook_mu);
+    if (sigaction(SIGINT, NULL, &now) == 0 &&
+        !((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_sigint)) {
+        if (now.sa_flags & SA_SIGINFO) {
+            atomic_store(&next_handler, NULL);
+            atomic_store(&next_action, now.sa_sigaction);
+        } else if (now.sa_handler != SIG_DFL && now.sa_handler != SIG_IGN) {
+            atomic_store(&next_action, NULL);
+            atomic_store(&next_handler, now.sa_handler);
+        } else {
+            pthread_mutex_unlock(&hook_mu);
+            return;
+        }
+        memset(&ours, 0, sizeof ours);
+        ours.sa_sigaction = on_sigint;
+        ours.sa_mask = now.sa_mask;
+        ours.sa_flags = (now.sa_flags | SA_SIGINFO) & ~SA_RESETHAND;
+        (void)sigaction(SIGINT, &ours, NULL);
+    }
+    pthread_mutex_unlock(&hook_mu);
+}
+
+/* The submit check: `*state` holds 1 + the count of SIGINTs when this wait
+ * began; a SIGINT since stops the wait. */
+static int
+stop_on_sigint(void *user, hcb_device device, uint64_t *state, hcb_error *err)
+{
+    uint64_t count = atomic_load(&sigints);
+
+    (void)user;
+    (void)device;
+    if (*state == 0) {
+        hook_sigint();
+        *state = count + 1;
+        return 0;
+    }
+    if (count + 1 == *state)
+        return 0;
+    hcb_error_set(err, HCB_ECALLBACK, "Ctrl-C (SIGINT)");
+    return 1;
+}
+
+/* How often a device that waits for room looks for a Ctrl-C. */
+#define SUBMIT_POLL_NS 50000000u
+
+void
+hcb_py_interrupt_install(hcb_state *st)
+{
+    hook_sigint();
+    /* cannot fail: the interval is positive */
+    (void)hcb_runtime_set_submit_check(st->rt, SUBMIT_POLL_NS, stop_on_sigint,
+                                       NULL, NULL);
+}
+
+void
+hcb_py_interrupt_uninstall(hcb_state *st)
+{
+    (void)hcb_runtime_set_submit_check(st->rt, 0, NULL, NULL, NULL);
+}
