@@ -161,11 +161,13 @@ def test_id_print_output_stream_is_checked_before_any_tap_runs():
     ("native_tap", lambda: hcb.native_tap(1, user="params"),
      "native_tap: user must be an address"),
     ("native_call", lambda: hcb.native_call(1, user=-1),
-     "native_call: user must be an address from 0 to 2**64 - 1, got -1"),
+     "native_call: user must be an address from 0 to 2**64-1 "
+     "(0xffffffffffffffff), got -1"),
     ("native_call", lambda: hcb.native_call(1, name=7),
      "native_call: name must be a str or None, got 7 (int)"),
     ("native_tap", lambda: hcb.native_tap(-5),
-     "native_tap: a function's address is from 1 to 2**64 - 1, got -5"),
+     "native_tap: fn must be an address from 1 to 2**64-1 "
+     "(0xffffffffffffffff), got -5"),
 ])
 def test_a_bad_value_names_the_function_and_the_parameter(function, call,
                                                           message):
