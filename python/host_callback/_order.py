@@ -128,22 +128,27 @@ def mark_python_callback(op: Any) -> None:
   op.attributes[key] = ir.DictAttr.get(attrs)
 
 
-def _token_slot(op: Any) -> int | None:
-  """Where an ordered callback keeps its token (the same index in its
-  operands and its results), None for any other op."""
-  if op.name != "stablehlo.custom_call" or not len(op.operands):
+def _token_slots(op: Any) -> tuple[int, int] | None:
+  """Where an ordered callback takes and returns its token: ``(operand
+  index, result index)``, None for any other op.  Our custom calls have it
+  last among their operands and last among their results (a call with no
+  operand or no result besides has it first there: the indices differ);
+  JAX's Python callback has it first in both."""
+  if (op.name != "stablehlo.custom_call" or not len(op.operands) or
+      not len(op.results)):
     return None
   target = ir.StringAttr(op.attributes["call_target_name"]).value
   if target in ORDERED_TARGETS:
-    slot = len(op.operands) - 1
+    slots = (len(op.operands) - 1, len(op.results) - 1)
   elif "mhlo.frontend_attributes" in op.attributes and _MARK in ir.DictAttr(
       op.attributes["mhlo.frontend_attributes"]):
-    slot = 0
+    slots = (0, 0)
   else:
     return None
-  if not hlo.TokenType.isinstance(op.operands[slot].type):
+  if not (hlo.TokenType.isinstance(op.operands[slots[0]].type) and
+          hlo.TokenType.isinstance(op.results[slots[1]].type)):
     return None
-  return slot
+  return slots
 
 
 def _ops(block: Any) -> Iterator[Any]:
@@ -176,7 +181,7 @@ class _Chainer:
 
   def has(self, op: Any) -> bool:
     """Whether ``op`` is, or holds, an ordered callback."""
-    if _token_slot(op) is not None:
+    if _token_slots(op) is not None:
       return True
     callee = self._callee(op)
     if callee is not None:
@@ -238,16 +243,16 @@ class _Chainer:
     after its last one."""
     for op in _ops(block):
       op = op.operation
-      slot = _token_slot(op)
-      if slot is not None:
-        fresh = op.operands[slot]
+      slots = _token_slots(op)
+      if slots is not None:
+        fresh = op.operands[slots[0]]
         op.replace_uses_of_with(fresh, token)
         made = getattr(fresh.owner, "operation", fresh.owner)
         if (isinstance(made, ir.Operation) and
             made.name == "stablehlo.create_token" and
             not list(made.results[0].uses)):
           made.erase()
-        token = op.results[slot if slot == 0 else len(op.results) - 1]
+        token = op.results[slots[1]]
       elif not self.has(op):
         continue
       elif self._callee(op) is not None:
