@@ -764,8 +764,9 @@ hcb_ffi_run_ctx(XLA_FFI_CallFrame *frame, const char *name,
  * jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(fn), platform="cpu").
  */
 
-/* "hcb_tap": operands are the tapped arrays followed by pass-through arrays;
- * results alias the operands one-to-one (input_output_aliases {i: i}).
+/* "hcb_tap": operands are the tapped arrays followed by pass-through arrays
+ * and an optional order token; results alias the operands one-to-one
+ * (input_output_aliases {i: i}), or are the order token alone.
  * Attributes: callback_id (u64, from hcb_runtime_register_tap on the
  * default runtime) and ntapped (s64, how many leading operands to send).
  * Copies the tapped operands into one record and submits it to the default

@@ -149,7 +149,7 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
         _hcb.submit_tap(callback_id, key, arrays[:int(ntapped)])
       except Exception as exc:  # for barrier_wait, never for one device
         _runtime.tap_not_queued(what, key, exc)
-      return () if partitioned else arrays
+      return ()
     outs = tuple(np.zeros(a.shape, a.dtype) for a in out_avals)
     # A failure is parked and raised by every device (hcb_sharded_check
     # below): raising here, on one device, would leave the others waiting

@@ -97,15 +97,21 @@ forward_operands(const hcb__platform *p, XLA_FFI_CallFrame *frame,
 
 /* ---- hcb_tap ------------------------------------------------------------ */
 
+/* A tap's results are its operands, aliased (a PURE tap, which XLA keeps
+ * only where its results are used), or the order token alone (every other
+ * tap: the program goes on with its operands as without the tap). */
 static int
 check_tap_frame(const XLA_FFI_CallFrame *frame, int64_t ntapped, hcb_error *err)
 {
-    int64_t i, n = frame->args.size - order_tokens(frame);
+    int64_t tokens = order_tokens(frame);
+    int64_t i, n = frame->args.size - tokens;
 
-    if (frame->args.size != frame->rets.size)
+    if (frame->args.size != frame->rets.size &&
+        !(tokens == 1 && frame->rets.size == 1))
         return hcb_error_set(err, HCB_EINVAL,
-                             "%lld operands but %lld results; each result "
-                             "must alias its operand",
+                             "%lld operands but %lld results; the results "
+                             "must alias the operands, or be the order token "
+                             "alone",
                              (long long)frame->args.size,
                              (long long)frame->rets.size);
     if (ntapped < 0 || ntapped > n)
@@ -114,15 +120,17 @@ check_tap_frame(const XLA_FFI_CallFrame *frame, int64_t ntapped, hcb_error *err)
                              (long long)ntapped, (long long)n);
     for (i = 0; i < frame->args.size; i++) {
         if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER ||
-            frame->rets.types[i] != XLA_FFI_RetType_BUFFER)
+            (i < frame->rets.size &&
+             frame->rets.types[i] != XLA_FFI_RetType_BUFFER))
             return hcb_error_set(err, HCB_EINVAL,
                                  "operand %lld is not a buffer", (long long)i);
     }
     return HCB_OK;
 }
 
-/* Operands: the tapped arrays, pass-through arrays, [order token]; results
- * alias them.  Attributes: callback_id, ntapped. */
+/* Operands: the tapped arrays, pass-through arrays, [order token]; results:
+ * the operands, aliased, or the order token alone.  Attributes:
+ * callback_id, ntapped. */
 HCB__BODY int
 hcb__tap_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
 {
