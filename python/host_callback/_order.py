@@ -21,8 +21,10 @@ The chain goes everywhere a callback can be:
   the token as one more argument and returns it as one more result;
 - any other op with regions (``shard_map``'s manual computation): its
   regions are chained inside, and the op is ordered as a whole by
-  ``stablehlo.optimization_barrier``s: one ties an operand to the token
-  before it, one ties the token after it to its results.
+  ``stablehlo.optimization_barrier``s, only where that orders callbacks
+  and never over a constant when there is a choice (_Chainer._opaque): a
+  barrier hides its operands from the compiler, and a program must compute
+  the same numbers with callbacks as without.
 
 The main function's signature is unchanged (it starts from a new token), so
 the program is called exactly as before: no JAX effect, and JAX's C++ fast
@@ -111,21 +113,29 @@ def _token_type() -> Any:
   return hlo.TokenType.get()
 
 
-_MARK = "hcb_order"  # a frontend attribute: "first" or "last"
+_MARK = "hcb_order"  # a frontend attribute: "first" (JAX's callback)
+_FRONTEND = "mhlo.frontend_attributes"
+
+
+def _frontend_attributes(op: Any) -> dict[str, Any]:
+  op = getattr(op, "operation", op)
+  if _FRONTEND not in op.attributes:
+    return {}
+  old = ir.DictAttr(op.attributes[_FRONTEND])
+  return {old[i].name: old[i].attr for i in range(len(old))}
+
+
+def _set_frontend_attribute(op: Any, name: str, value: str) -> None:
+  op = getattr(op, "operation", op)
+  attrs = _frontend_attributes(op)
+  attrs[name] = ir.StringAttr.get(value)
+  op.attributes[_FRONTEND] = ir.DictAttr.get(attrs)
 
 
 def mark_python_callback(op: Any) -> None:
   """Marks JAX's Python-callback custom call ``op`` (the sharded path of
   _lowering.py) as ordered; its token is its first operand and result."""
-  op = getattr(op, "operation", op)
-  key = "mhlo.frontend_attributes"
-  attrs: dict[str, Any] = {}
-  if key in op.attributes:
-    old = ir.DictAttr(op.attributes[key])
-    for i in range(len(old)):
-      attrs[old[i].name] = old[i].attr
-  attrs[_MARK] = ir.StringAttr.get("first")
-  op.attributes[key] = ir.DictAttr.get(attrs)
+  _set_frontend_attribute(op, _MARK, "first")
 
 
 def _token_slots(op: Any) -> tuple[int, int] | None:
@@ -140,8 +150,7 @@ def _token_slots(op: Any) -> tuple[int, int] | None:
   target = ir.StringAttr(op.attributes["call_target_name"]).value
   if target in ORDERED_TARGETS:
     slots = (len(op.operands) - 1, len(op.results) - 1)
-  elif "mhlo.frontend_attributes" in op.attributes and _MARK in ir.DictAttr(
-      op.attributes["mhlo.frontend_attributes"]):
+  elif _MARK in _frontend_attributes(op):
     slots = (0, 0)
   else:
     return None
@@ -164,6 +173,10 @@ class _Chainer:
                   if op.operation.name == "func.func"}
     self.memo: dict[str, bool] = {}
     self.token = _token_type()
+    # The ops with a chain of their own (_opaque): the barrier that ties
+    # the token to their results, and their blocks that hold callbacks,
+    # with the last token of each block's chain.
+    self.opaque: list[tuple[Any, list[tuple[Any, Any]]]] = []
 
   # -- which ops hold callbacks --
 
@@ -205,6 +218,7 @@ class _Chainer:
         with ir.InsertionPoint.at_block_begin(entry):
           start = hlo.create_token()
         self.block(entry, start)
+    self._settle_opaque()
 
   def _private_func(self, func: Any) -> None:
     ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
@@ -288,24 +302,71 @@ class _Chainer:
     return token
 
   def _opaque(self, op: Any, token: Any) -> Any:
-    """An op with regions this module does not know (e.g. isolated from the
-    values around it): chain inside, order it as a whole by barriers."""
+    """An op with regions this module does not know (``shard_map``'s
+    manual computation, isolated from the values around it): each block
+    gets a chain of its own, and the op is ordered as a whole by
+    ``stablehlo.optimization_barrier``s.
+
+    Before it, only when a callback comes before it in this chain: one
+    barrier ties the token to an operand, and inside, another ties that
+    operand's block argument to the start of the block's chain.  The
+    operand is preferably an argument of the function, never a constant
+    when there is a choice: a barrier hides its operand from the optimizer
+    (a constant would no longer be folded into the computation, and its
+    numbers could change).  After it: a barrier ties the token to its
+    results; it stays only if a later callback needs that token
+    (:meth:`_settle_opaque`)."""
+    entries = [region.blocks[0] for region in op.regions
+               if len(region.blocks)]
+    ordered_before = not _is_chain_start(token) and len(op.operands) > 0
+    chosen = _barrier_operand(op) if ordered_before else None
+    lasts = []
     for region in op.regions:
       for inner in region.blocks:
         with ir.InsertionPoint.at_block_begin(inner):
           start = hlo.create_token()
-        self.block(inner, start)
-    if len(op.operands):
-      first = op.operands[0]
+          if (chosen is not None and inner in entries and
+              len(inner.arguments) == len(op.operands)):
+            start = hlo.OptimizationBarrierOp(
+                [start, inner.arguments[chosen]]).results[0]
+        last = self.block(inner, start)
+        if last != start:  # the block has callbacks
+          lasts.append((inner, last))
+    if chosen is not None:
+      value = op.operands[chosen]
       before = hlo.OptimizationBarrierOp(
-          [token, first], ip=ir.InsertionPoint(op))
-      op.replace_uses_of_with(first, before.results[1])
+          [token, value], ip=ir.InsertionPoint(op))
+      op.operation.replace_uses_of_with(value, before.results[1])
     if not len(op.results):
       return token
     after = hlo.OptimizationBarrierOp(
         [token, *op.results], ip=ir.InsertionPoint(op))
     after.operation.move_after(op)
+    self.opaque.append((after, lasts))
     return after.results[0]
+
+  def _settle_opaque(self) -> None:
+    """Keeps the barrier after an op with a chain of its own only where a
+    later callback needs its token, and then makes that op's results
+    depend on the callbacks inside (each block's last token joins what the
+    block returns); elsewhere removes it, so that the op's results reach
+    the computation after it as they would without callbacks."""
+    for after, lasts in reversed(self.opaque):
+      op = after.operation
+      if list(op.results[0].uses):
+        for inner, last in lasts:
+          ops = inner.operations
+          term = ops[len(ops) - 1]
+          if not len(term.operands):
+            continue
+          tie = hlo.OptimizationBarrierOp(
+              [last, *term.operands], ip=ir.InsertionPoint(term))
+          for i in range(len(term.operands)):
+            term.operands[i] = tie.results[i + 1]
+        continue
+      for i in range(1, len(op.results)):
+        op.results[i].replace_all_uses_with(op.operands[i])
+      op.erase()
 
 
 def _attributes(op: Any) -> dict[str, Any]:
@@ -316,6 +377,28 @@ def chain_module(module: Any) -> None:
   """Chains the ordered callbacks of ``module`` in program order."""
   with module.context, ir.Location.unknown():
     _Chainer(module).module()
+
+
+def _is_chain_start(token: Any) -> bool:
+  """Whether ``token`` starts a chain (no callback before it)."""
+  owner = getattr(token.owner, "operation", token.owner)
+  return (isinstance(owner, ir.Operation) and
+          owner.name == "stablehlo.create_token")
+
+
+def _barrier_operand(op: Any) -> int:
+  """The operand of ``op`` a barrier hides best: an argument of the
+  function, else one that is no constant, else the first."""
+  kinds = []
+  for value in op.operands:
+    owner = getattr(value.owner, "operation", value.owner)
+    if not isinstance(owner, ir.Operation):
+      kinds.append(0)  # a block argument
+    elif owner.name == "stablehlo.constant":
+      kinds.append(2)
+    else:
+      kinds.append(1)
+  return min(range(len(kinds)), key=lambda i: kinds[i])
 
 
 # Listening from import on: a lowering that has started before the first
