@@ -790,6 +790,12 @@ HCB_API XLA_FFI_Error *hcb_ffi_ordinal_handler(XLA_FFI_CallFrame *frame);
  * through. */
 HCB_API XLA_FFI_Error *hcb_ffi_sharded_check(XLA_FFI_CallFrame *frame);
 
+/* "hcb_flush": one token operand, one token result.  Waits until the
+ * default runtime has delivered every record the device running it
+ * submitted before (hcb_runtime_flush); a computation ends with it when its
+ * results must be ready only after its callbacks have run. */
+HCB_API XLA_FFI_Error *hcb_ffi_flush(XLA_FFI_CallFrame *frame);
+
 /* "hcb_buffer_call": as "hcb_call", for call targets that work in place on
  * the device's own buffers (buffer_callback, native_call).  On CPU it is
  * the same handler as "hcb_call"; on CUDA the target gets device pointers
@@ -813,6 +819,9 @@ HCB_API XLA_FFI_Error *hcb_ffi_tap_cuda(XLA_FFI_CallFrame *frame);
 HCB_API XLA_FFI_Error *hcb_ffi_call_cuda(XLA_FFI_CallFrame *frame);
 HCB_API XLA_FFI_Error *hcb_ffi_buffer_call_cuda(XLA_FFI_CallFrame *frame);
 HCB_API XLA_FFI_Error *hcb_ffi_ordinal_handler_cuda(XLA_FFI_CallFrame *frame);
+/* "hcb_flush" on CUDA first waits for XLA's stream (the copies of the taps
+ * it carries), on XLA's thread, then for the deliveries. */
+HCB_API XLA_FFI_Error *hcb_ffi_flush_cuda(XLA_FFI_CallFrame *frame);
 HCB_API XLA_FFI_Error *hcb_ffi_sharded_check_cuda(XLA_FFI_CallFrame *frame);
 
 /* Loads the CUDA runtime (libcudart) the CUDA handlers use: from `path`

@@ -65,8 +65,8 @@ _jax.allow_effect_everywhere(DifferentiatedTapEffect)
 
 def _tap_abstract_eval(*avals: Any, site: _runtime.TapSite, ntapped: int,
                        device_index: int, flavor: CallbackFlavor,
-                       differentiated: bool) -> Any:
-  del site, ntapped, device_index
+                       differentiated: bool, deliver: bool) -> Any:
+  del site, ntapped, device_index, deliver
   _containers.keep_containers()
   keep = differentiated and flavor is not CallbackFlavor.PURE
   return avals, {_differentiated} if keep else no_effects
@@ -74,7 +74,8 @@ def _tap_abstract_eval(*avals: Any, site: _runtime.TapSite, ntapped: int,
 
 def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
                   site: _runtime.TapSite, ntapped: int, device_index: int,
-                  flavor: CallbackFlavor, differentiated: bool) -> Any:
+                  flavor: CallbackFlavor, differentiated: bool,
+                  deliver: bool) -> Any:
   del differentiated
   callback_id = np.uint64(_runtime.lowered_site_id(ctx, site))
   # jax.debug's partitioned=True (debug.py): under jit over sharded
@@ -95,7 +96,7 @@ def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
   _lowering.lower(
       ctx.replace(avals_in=ctx.avals_in[:ntapped], avals_out=()), "hcb_tap",
       args[:ntapped], what="id_tap", has_side_effect=True,
-      device_index=device_index, partitioned=partitioned,
+      device_index=device_index, partitioned=partitioned, flush=deliver,
       callback_id=callback_id, ntapped=np.int64(ntapped))
   return list(args)
 
@@ -218,7 +219,8 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
   data dependence on the tap: it changes nothing the program computes).  It
   runs even when the returned value is unused (unless ``callback_flavor`` is
   ``PURE``).  A computation's results may be ready before its taps have
-  run, as in the removed module (:func:`barrier_wait` waits for them).
+  run, as in the removed module (:func:`barrier_wait` waits for them;
+  ``HOST_CALLBACK_TAPS_BEFORE_RESULTS=1`` makes the results wait).
   Exceptions in ``tap_func`` are logged and re-raised by
   :func:`barrier_wait`.
 
@@ -244,6 +246,20 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
         "Support for **kwargs in ``id_tap`` has been removed. Instead, "
         "pre-apply keyword arguments, either by using a closure or by "
         "passing ``functools.partial(tap_func, **kwargs)``.")
+  return tap(tap_func, arg, result=result, tap_with_device=tap_with_device,
+             device_index=device_index, callback_flavor=callback_flavor,
+             deliver=_config.TAPS_BEFORE_RESULTS)
+
+
+def tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger, arg: Any,
+        *, result: Any = None, tap_with_device: bool = False,
+        device_index: int = 0,
+        callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
+        deliver: bool) -> Any:
+  """:func:`id_tap`, where ``deliver`` says whether a compiled program's
+  results are ready only once the tap has run (the drop-ins: debug.py,
+  progress.py), or the tap runs asynchronously, as the removed module's
+  (``HOST_CALLBACK_TAPS_BEFORE_RESULTS``, _config.py)."""
   if isinstance(tap_func, logging.Logger):
     from host_callback import _print  # it taps with id_tap
     return _print.id_print(arg, result=result,
@@ -276,7 +292,8 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
 
   outs = tap_p.bind(*tapped, *_leaves.key_data_of_keys(res_leaves), site=site,
                     ntapped=len(tapped), device_index=device_index,
-                    flavor=callback_flavor, differentiated=False)
+                    flavor=callback_flavor, differentiated=False,
+                    deliver=bool(deliver))
   if result is None:
     return treedef.unflatten(_leaves.rewrap_keys(leaves, outs[:len(tapped)]))
   return res_treedef.unflatten(_leaves.rewrap_keys(res_leaves, outs[len(tapped):]))

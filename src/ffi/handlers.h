@@ -10,8 +10,8 @@
  * the compiler makes one straight function of each handler, as fast as a
  * handler written for that platform alone.  Run them through
  * hcb_ffi_run_ctx (or hcb__run_as_is) with an hcb__handler as `ctx`, under
- * the target names "hcb_tap", "hcb_call", "hcb_device_ordinal" and
- * "hcb_sharded_check".
+ * the target names "hcb_tap", "hcb_call", "hcb_flush", "hcb_device_ordinal"
+ * and "hcb_sharded_check".
  *
  * XLA calls a handler on the thread running the computation.  A tap
  * returns as soon as its record is queued (channels.c delivers it on the
@@ -237,6 +237,31 @@ hcb__call_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
     if (views != stack_views)
         hcb__free(views);
     return rc;
+}
+
+/* ---- hcb_flush ---------------------------------------------------------- */
+
+/* Operand: the order token after the computation's last callback; result:
+ * a token.  Waits until the device's consumer has delivered every record
+ * the device submitted before (hcb_runtime_flush), once the platform has
+ * submitted the records of the taps it has in flight (on CUDA: the copies
+ * on the stream).  The lowering ends a computation with it when its
+ * results must imply the delivery of its callbacks
+ * (python/host_callback/_order.py). */
+HCB__BODY int
+hcb__flush_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
+{
+    const hcb__handler *h = ctx;
+    hcb_runtime *rt;
+    hcb_device device;
+    int rc;
+
+    if ((rt = handler_runtime(h, err)) == NULL)
+        return err->code;
+    if ((rc = h->platform->device(rt, frame, &device, err)) != HCB_OK ||
+        (rc = h->platform->drain(frame, err)) != HCB_OK)
+        return rc;
+    return hcb_runtime_flush(rt, device, err);
 }
 
 /* ---- hcb_device_ordinal and hcb_sharded_check --------------------------- */

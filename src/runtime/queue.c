@@ -254,6 +254,8 @@ bool
 hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer)
 {
     reserve(q, rec->size, self_consumer);
+    if (self_consumer)
+        atomic_fetch_add(&q->self_pushed, 1);
     atomic_fetch_add(&q->pushed, 1); /* before the link: see Counts */
     link_last(q, rec);
     if (atomic_load(&q->consumer_sleeping)) {
@@ -431,6 +433,12 @@ uint64_t
 hcb__queue_mark(hcb__queue *q)
 {
     return atomic_load(&q->pushed);
+}
+
+uint64_t
+hcb__queue_self_pushed(hcb__queue *q)
+{
+    return atomic_load(&q->self_pushed);
 }
 
 bool

@@ -73,7 +73,9 @@
  *
  * Barriers that must react while they wait (Python's Ctrl-C) use
  * hcb_runtime_barrier_poll: the wait wakes every poll interval and calls
- * the caller's check, with no lock held.
+ * the caller's check, with no lock held.  A computation's thread that
+ * waits at its end for its device's records (hcb_runtime_flush) calls the
+ * runtime's interrupt check (hcb_runtime_set_interrupt) the same way.
  */
 #ifndef HCB_RUNTIME_H
 #define HCB_RUNTIME_H
@@ -138,6 +140,9 @@ struct hcb_runtime {
 
     hcb_log_fn log_fn; /* under mu */
     void *log_user;    /* under mu */
+    /* Asked while a computation's thread waits (hcb_runtime_flush). */
+    hcb_check_fn interrupt_fn; /* under mu */
+    void *interrupt_user;      /* under mu */
 
     hcb__mutex err_mu;
     uint64_t pending_errors; /* under err_mu */
@@ -216,6 +221,9 @@ void hcb__channel_stalled(void *user, uint64_t waited_ns);
 /* Logs a warning through the runtime's sink (hcb_runtime_set_log), or to
  * stderr without one. */
 void hcb__runtime_log(hcb_runtime *rt, const char *fmt, ...) HCB_PRINTF(2, 3);
+/* Calls the runtime's interrupt check (hcb_runtime_set_interrupt), if any,
+ * with no lock held: whether it asks to stop waiting. */
+bool hcb__runtime_interrupted(hcb_runtime *rt);
 
 /* calls.c */
 /* Parks `error` for call `id` until `ndevices` devices have taken it;
