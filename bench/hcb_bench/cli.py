@@ -17,6 +17,7 @@ from hcb_bench.cases import measure_dispatch
 from hcb_bench.cases import measure_payload
 from hcb_bench.cases import measure_per_step
 from hcb_bench.cases import measure_printing
+from hcb_bench.compile_time import measure_compile_time
 from hcb_bench.dropins import measure_dropins
 from hcb_bench.harness import BENCH_DIR
 from hcb_bench.harness import FULL
@@ -40,21 +41,23 @@ def run(cfg: Config, out_dir: str) -> list[Target]:
   start = time.perf_counter()
   with tempfile.TemporaryDirectory(prefix="hcb-bench-") as build_dir:
     native = Native(build_dir)
-    progress("1/7 per-step cost in a scan")
+    progress("1/8 per-step cost in a scan")
     steps = measure_per_step(cfg, native)
-    progress("2/7 payload sweep")
+    progress("2/8 payload sweep")
     payload = measure_payload(cfg, native)
-    progress("3/7 dispatch")
+    progress("3/8 dispatch")
     dispatch = measure_dispatch(cfg, native)
-  progress("4/7 printing")
+  progress("4/8 printing")
   printing = measure_printing(cfg)
-  progress("5/7 back-pressure (child process)")
+  progress("5/8 back-pressure (child process)")
   backpressure = measure_backpressure(cfg)
-  progress("6/7 progress bars")
+  progress("6/8 progress bars")
   bars = measure_progress(cfg)
-  progress("7/7 drop-ins against JAX's callbacks")
+  progress("7/8 drop-ins against JAX's callbacks")
+  dropins = measure_dropins(cfg)
+  progress("8/8 compile time against the number of leaves tapped")
   m = Measurements(steps, payload, dispatch, printing, backpressure, bars,
-                   measure_dropins(cfg))
+                   dropins, measure_compile_time(cfg))
   goals = targets(m)
   plot_per_step(m.steps, os.path.join(out_dir, "per_step.png"))
   plot_payload(m.payload, os.path.join(out_dir, "payload.png"))
