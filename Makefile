@@ -200,7 +200,7 @@ typecheck: install
 bench: install install-clients
 	$(PY) bench/run.py --clients-python .venv-clients/bin/python
 
-# Section 8 of make bench alone: the client libraries' workloads, patched
+# Section 9 of make bench alone: the client libraries' workloads, patched
 # against unpatched (bench/README.md).
 bench-clients: install install-clients
 	$(PY) bench/run.py --clients-only --clients-python .venv-clients/bin/python

@@ -12,7 +12,7 @@ import sys
 
 if __name__ == "__main__":
   if sys.argv[1:2] == ["--clients-worker"]:
-    # A child of measurement 8, in the clients' environment (which has the
+    # A child of measurement 9, in the clients' environment (which has the
     # libraries, not the plotting of the rest).
     from hcb_bench import clients
     sys.exit(clients.worker_main(sys.argv[2]))

@@ -1,5 +1,6 @@
 """Measurements 1 to 4: the per-step cost of each kind of callback in a
-``lax.scan``, the payload sweep of taps, dispatch, printing.  What each
+``lax.scan``, the payload sweep of taps, dispatch (with a print: what
+JAX's and ours cost a call when the result waits for the line), printing.  What each
 measures and why is in bench/README.md, "What each number means"."""
 
 from __future__ import annotations
@@ -252,6 +253,16 @@ def dispatch_variants(native: Native
     jax.debug.callback(counter.effect, y)
     return y
 
+  def with_print(x: jax.Array) -> jax.Array:
+    y = small(x)
+    hcb.debug.print("h x={}", y[0])
+    return y
+
+  def with_jax_print(x: jax.Array) -> jax.Array:
+    y = small(x)
+    jax.debug.print("j x={}", y[0])
+    return y
+
   return {
       "no callback": jax.jit(small),
       "`id_tap`": jax.jit(lambda x: hcb.id_tap(counter.tap, small(x))),
@@ -263,7 +274,29 @@ def dispatch_variants(native: Native
           lambda x: hcb.call(native.call, small(x), result_shape=spec)),
       "`io_callback`": jax.jit(with_io),
       "`jax.debug.callback`": jax.jit(with_debug),
+      # Its result is ready once its line is printed, as JAX's.
+      DEBUG_PRINT: jax.jit(with_print),
+      JAX_DEBUG_PRINT: jax.jit(with_jax_print),
   }
+
+
+DEBUG_PRINT = "`debug.print`"
+JAX_DEBUG_PRINT = "`jax.debug.print`"
+
+
+class NullOut:
+  """A null ``sys.stdout`` for the prints of the dispatch benchmark (both
+  libraries print into it)."""
+
+  def __init__(self) -> None:
+    self.lines = 0
+
+  def write(self, text: str) -> int:
+    self.lines += text.count("\n")
+    return len(text)
+
+  def flush(self) -> None:
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,7 +314,13 @@ def measure_dispatch(cfg: Config, native: Native
   repetition, in blocks of calls back to back.  The blocks of all variants
   are interleaved: one slow moment of the machine would otherwise fall on
   one variant's whole repetition."""
-  variants = dispatch_variants(native)
+  with contextlib.redirect_stdout(NullOut()):
+    return _measure_dispatch(cfg, dispatch_variants(native))
+
+
+def _measure_dispatch(cfg: Config,
+                      variants: dict[str, Callable[[jax.Array], jax.Array]]
+                      ) -> dict[str, DispatchResult]:
   x = jnp.arange(16, dtype=jnp.float32)
   for fn in variants.values():
     fn(x).block_until_ready()

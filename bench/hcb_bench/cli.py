@@ -19,6 +19,7 @@ from hcb_bench.cases import measure_per_step
 from hcb_bench.cases import measure_printing
 from hcb_bench.clients import clients_section
 from hcb_bench.clients import measure_clients
+from hcb_bench.compile_time import measure_compile_time
 from hcb_bench.dropins import measure_dropins
 from hcb_bench.harness import BENCH_DIR
 from hcb_bench.harness import FULL
@@ -43,23 +44,26 @@ def run(cfg: Config, out_dir: str, clients_python: str | None = None
   start = time.perf_counter()
   with tempfile.TemporaryDirectory(prefix="hcb-bench-") as build_dir:
     native = Native(build_dir)
-    progress("1/8 per-step cost in a scan")
+    progress("1/9 per-step cost in a scan")
     steps = measure_per_step(cfg, native)
-    progress("2/8 payload sweep")
+    progress("2/9 payload sweep")
     payload = measure_payload(cfg, native)
-    progress("3/8 dispatch")
+    progress("3/9 dispatch")
     dispatch = measure_dispatch(cfg, native)
-  progress("4/8 printing")
+  progress("4/9 printing")
   printing = measure_printing(cfg)
-  progress("5/8 back-pressure (child process)")
+  progress("5/9 back-pressure (child process)")
   backpressure = measure_backpressure(cfg)
-  progress("6/8 progress bars")
+  progress("6/9 progress bars")
   bars = measure_progress(cfg)
-  progress("7/8 drop-ins against JAX's callbacks")
+  progress("7/9 drop-ins against JAX's callbacks")
   dropins = measure_dropins(cfg)
-  progress("8/8 client libraries, patched against unpatched (children)")
+  progress("8/9 compile time against the number of leaves tapped")
+  compile_time = measure_compile_time(cfg)
+  progress("9/9 client libraries, patched against unpatched (children)")
   m = Measurements(steps, payload, dispatch, printing, backpressure, bars,
-                   dropins, measure_clients(cfg, clients_python))
+                   dropins, compile_time,
+                   measure_clients(cfg, clients_python))
   goals = targets(m)
   plot_per_step(m.steps, os.path.join(out_dir, "per_step.png"))
   plot_payload(m.payload, os.path.join(out_dir, "payload.png"))
@@ -88,11 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "with --smoke, which also runs on the CPU")
   parser.add_argument("--clients-python", metavar="PY",
                       help="the Python of the client libraries' environment "
-                      "(.venv-clients): measurement 8 runs their workloads "
+                      "(.venv-clients): measurement 9 runs their workloads "
                       "there, patched against unpatched; without it, not "
                       "measured")
   parser.add_argument("--clients-only", action="store_true",
-                      help="measurement 8 alone (``make bench-clients``): "
+                      help="measurement 9 alone (``make bench-clients``): "
                       "prints its section, writes no RESULTS.md")
   parser.add_argument("--backpressure-worker", metavar="CONFIG",
                       help=argparse.SUPPRESS)

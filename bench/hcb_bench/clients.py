@@ -253,7 +253,7 @@ def measure_clients(cfg: Config, python: str | None) -> ClientsResult | None:
 
 
 def clients_section(r: ClientsResult | None) -> list[str]:
-  """RESULTS.md's section 8."""
+  """RESULTS.md's section 9."""
   if r is None:
     return ["Not measured: no clients environment (`make install-clients` "
             "makes .venv-clients; `make bench` passes "

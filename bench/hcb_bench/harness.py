@@ -39,6 +39,8 @@ class Config:
   bp_sleep_s: float          # how long the slow tap function sleeps
   progress_steps: int        # scan length of the progress-bar benchmark
   progress_every_steps: int  # the same, with an update every step
+  compile_leaves: tuple[int, ...]  # scalar leaves tapped, compile time
+  compile_reps: int          # repetitions of the compile-time benchmark
 
 
 FULL = Config(smoke=False, reps=7, steps=10_000, min_rep_s=0.05,
@@ -46,14 +48,16 @@ FULL = Config(smoke=False, reps=7, steps=10_000, min_rep_s=0.05,
               payload_bytes=512 * MiB, max_taps=10_000, dispatch_calls=2_000,
               prints=10_000, bp_queue_bytes=16_000_000, bp_taps=64,
               bp_tap_bytes=1 * MiB, bp_sleep_s=0.002,
-              progress_steps=100_000, progress_every_steps=10_000)
+              progress_steps=100_000, progress_every_steps=10_000,
+              compile_leaves=(1, 1_000, 4_000, 10_000), compile_reps=3)
 
 SMOKE = Config(smoke=True, reps=1, steps=1_000, min_rep_s=0.0,
                payload_sizes=(4, 4 * KiB, 256 * KiB, 4 * MiB, 64 * MiB),
                payload_bytes=64 * MiB, max_taps=200, dispatch_calls=50,
                prints=200, bp_queue_bytes=16_000_000, bp_taps=24,
                bp_tap_bytes=1 * MiB, bp_sleep_s=0.001,
-               progress_steps=2_000, progress_every_steps=200)
+               progress_steps=2_000, progress_every_steps=200,
+               compile_leaves=(1, 100), compile_reps=1)
 
 
 # ---- samples and formatting -------------------------------------------------

@@ -19,6 +19,9 @@ from hcb_bench.cases import PayloadResult
 from hcb_bench.cases import PrintResult
 from hcb_bench.cases import StepResult
 from hcb_bench.clients import clients_section
+from hcb_bench.compile_time import PAIRS
+from hcb_bench.compile_time import VARIANTS as COMPILE_VARIANTS
+from hcb_bench.compile_time import CompileResult
 from hcb_bench.dropins import DropinResult
 from hcb_bench.harness import Config
 from hcb_bench.harness import MiB
@@ -269,6 +272,28 @@ def dropins_section(d: DropinResult | None) -> list[str]:
   return rows
 
 
+def compile_section(c: CompileResult | None) -> list[str]:
+  if c is None:
+    return ["Not measured."]
+  names = [(key, name) for key, name, _ in COMPILE_VARIANTS]
+  rows = [
+      "Seconds to trace, lower and compile a fresh `jax.jit` of a function "
+      "of a list of float32 scalars (`jit(f).lower(t).compile()`), for "
+      "each number of leaves; the variants of one size interleaved. Ours "
+      "are compared with `jax.debug.callback` of the same leaves and the "
+      "same outputs (none, or the leaves).", "",
+      "| leaves | " + " | ".join(name for _, name in names) +
+      " | ours / JAX's |",
+      "|---:|" + "---:|" * (len(names) + 1)]
+  for n in c.leaves:
+    ratios = ", ".join(
+        f"{key}: {'–' if c.ratio(key, n) is None else f'{c.ratio(key, n):.2f}×'}"
+        for key in PAIRS)
+    rows.append(f"| {n} | " + " | ".join(
+        c.seconds[n][key].text() for key, _ in names) + f" | {ratios} |")
+  return rows
+
+
 def report(cfg: Config, m: Measurements, goals: list[Target],
            wall_s: float) -> str:
   """RESULTS.md."""
@@ -330,7 +355,9 @@ def report(cfg: Config, m: Measurements, goals: list[Target],
       *progress_section(m.progress), "",
       "## 7. Drop-ins against JAX's callbacks", "",
       *dropins_section(m.dropins), "",
-      "## 8. Client libraries, patched against unpatched", "",
+      "## 8. Compile time against the number of leaves tapped", "",
+      *compile_section(m.compile_time), "",
+      "## 9. Client libraries, patched against unpatched", "",
       *clients_section(m.clients), "",
   ]
   if notes:

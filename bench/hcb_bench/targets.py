@@ -6,11 +6,15 @@ from __future__ import annotations
 import dataclasses
 
 from hcb_bench.backpressure import BackpressureResult
+from hcb_bench.cases import DEBUG_PRINT
+from hcb_bench.cases import JAX_DEBUG_PRINT
 from hcb_bench.cases import DispatchResult
 from hcb_bench.cases import PayloadResult
 from hcb_bench.cases import PrintResult
 from hcb_bench.cases import StepResult
 from hcb_bench.clients import ClientsResult
+from hcb_bench.compile_time import CompileResult
+from hcb_bench.compile_time import VARIANTS as COMPILE_VARIANTS
 from hcb_bench.dropins import DropinResult
 from hcb_bench.harness import MiB
 from hcb_bench.harness import Sample
@@ -29,6 +33,7 @@ class Measurements:
   backpressure: BackpressureResult
   progress: ProgressResult | None = None
   dropins: DropinResult | None = None
+  compile_time: CompileResult | None = None
   clients: ClientsResult | None = None
 
   def excess(self, key: str, e2e: bool = False) -> Sample:
@@ -134,6 +139,14 @@ def targets(m: Measurements) -> list[Target]:
       "the same function without", tapped.dispatch.ratio(none.dispatch), 1.2,
       False, f"{us(tapped.dispatch.median)} vs {us(none.dispatch.median)} "
       "per call"))
+  printed, jax_printed = m.dispatch[DEBUG_PRINT], m.dispatch[JAX_DEBUG_PRINT]
+  out.append(Target(
+      "dispatch_print", "a jitted function with one `debug.print` costs ≤ "
+      "0.5× the same with `jax.debug.print` per call, until its result is "
+      "ready (its line printed, for both)",
+      printed.dispatch.ratio(jax_printed.dispatch), 0.5, False,
+      f"{us(printed.dispatch.median)} vs {us(jax_printed.dispatch.median)} "
+      f"per call; {us(none.dispatch.median)} without a print"))
   text = "`id_print` ≥ 5× faster than `jax.debug.print`"
   if m.printing is None:
     out.append(Target("print", text, None, 5.0, True,
@@ -151,6 +164,32 @@ def targets(m: Measurements) -> list[Target]:
       f"{bp.received_ok} of {bp.reps} repetitions"))
   out += progress_targets(m.progress)
   out += dropin_targets(m.dropins)
+  out += compile_targets(m.compile_time)
+  return out
+
+
+def compile_targets(c: CompileResult | None) -> list[Target]:
+  """Issue 28: compile time within 2× of JAX's from 1 to 10,000 tapped
+  leaves: the largest ratio over the numbers of leaves measured, against
+  ``jax.debug.callback`` of the same leaves with the same outputs."""
+  names = {key: name for key, name, _ in COMPILE_VARIANTS}
+  out = []
+  for ours, theirs in (("id_tap", "jax_debug_callback"),
+                       ("debug_callback", "jax_debug_callback"),
+                       ("id_tap_identity", "jax_debug_callback_identity")):
+    text = (f"compile time of {names[ours]} ≤ 2× {names[theirs]}'s, at "
+            "every number of scalar leaves")
+    if c is None:
+      out.append(Target(f"compile_{ours}", text, None, 2.0, False,
+                        "not measured"))
+      continue
+    worst, n = c.worst(ours)
+    row = c.seconds[n]
+    out.append(Target(
+        f"compile_{ours}", text, worst, 2.0, False,
+        f"the largest at {n} leaves: {num(row[ours].median)} s vs "
+        f"{num(row[theirs].median)} s; leaves measured: "
+        f"{', '.join(str(k) for k in c.leaves)}"))
   return out
 
 

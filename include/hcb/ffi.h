@@ -771,8 +771,9 @@ hcb_ffi_run_ctx(XLA_FFI_CallFrame *frame, const char *name,
  * jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(fn), platform="cpu").
  */
 
-/* "hcb_tap": operands are the tapped arrays followed by pass-through arrays;
- * results alias the operands one-to-one (input_output_aliases {i: i}).
+/* "hcb_tap": operands are the tapped arrays followed by pass-through arrays
+ * and an optional order token; results alias the operands one-to-one
+ * (input_output_aliases {i: i}), or are the order token alone.
  * Attributes: callback_id (u64, from hcb_runtime_register_tap on the
  * default runtime) and ntapped (s64, how many leading operands to send).
  * Copies the tapped operands into one record and submits it to the default
@@ -795,6 +796,12 @@ HCB_API XLA_FFI_Error *hcb_ffi_ordinal_handler(XLA_FFI_CallFrame *frame);
  * every device (see src/runtime/runtime.h), else passes its operands
  * through. */
 HCB_API XLA_FFI_Error *hcb_ffi_sharded_check(XLA_FFI_CallFrame *frame);
+
+/* "hcb_flush": one token operand, one token result.  Waits until the
+ * default runtime has delivered every record the device running it
+ * submitted before (hcb_runtime_flush); a computation ends with it when its
+ * results must be ready only after its callbacks have run. */
+HCB_API XLA_FFI_Error *hcb_ffi_flush(XLA_FFI_CallFrame *frame);
 
 /* "hcb_buffer_call": as "hcb_call", for call targets that work in place on
  * the device's own buffers (buffer_callback, native_call).  On CPU it is
@@ -819,6 +826,9 @@ HCB_API XLA_FFI_Error *hcb_ffi_tap_cuda(XLA_FFI_CallFrame *frame);
 HCB_API XLA_FFI_Error *hcb_ffi_call_cuda(XLA_FFI_CallFrame *frame);
 HCB_API XLA_FFI_Error *hcb_ffi_buffer_call_cuda(XLA_FFI_CallFrame *frame);
 HCB_API XLA_FFI_Error *hcb_ffi_ordinal_handler_cuda(XLA_FFI_CallFrame *frame);
+/* "hcb_flush" on CUDA first waits for XLA's stream (the copies of the taps
+ * it carries), on XLA's thread, then for the deliveries. */
+HCB_API XLA_FFI_Error *hcb_ffi_flush_cuda(XLA_FFI_CallFrame *frame);
 HCB_API XLA_FFI_Error *hcb_ffi_sharded_check_cuda(XLA_FFI_CallFrame *frame);
 
 /* Loads the CUDA runtime (libcudart) the CUDA handlers use: from `path`

@@ -455,6 +455,31 @@ HCB_API int hcb_runtime_barrier_poll(hcb_runtime *rt, hcb_device device,
                                      uint64_t poll_ns, hcb_check_fn check,
                                      void *user, hcb_error *err);
 
+/* Waits until every record submitted for `device` before the call has been
+ * delivered: a computation of that device, at its end, so that its results
+ * are ready only once its callbacks have run (the "hcb_flush" FFI handler,
+ * ffi.h).  The wait is for those records, not for an empty queue: records
+ * submitted later (another computation) are not waited for, except those
+ * that the device's consumer submitted itself while it delivered them (a
+ * tap function that ran a computation of its device in its own thread). Returns
+ * at once when nothing is pending, and when called from that device's own
+ * consumer thread (a tap function running a computation of its device in
+ * its own thread: it would wait for itself).  After HCB_CALL_WAIT_WARN_NS
+ * it logs a warning (hcb_runtime_set_log) and goes on waiting.  While it
+ * waits, it calls the runtime's interrupt check (hcb_runtime_set_interrupt)
+ * every HCB_INTERRUPT_POLL_NS: nonzero ends the wait with HCB_ECALLBACK
+ * ("interrupted"); the records are still delivered. */
+HCB_API int hcb_runtime_flush(hcb_runtime *rt, hcb_device device,
+                              hcb_error *err);
+
+#define HCB_INTERRUPT_POLL_NS ((uint64_t)50000000u)
+
+/* Sets (or with fn NULL, clears) the check that waits on a computation's
+ * thread (hcb_runtime_flush) call while they wait: from that thread, with
+ * no lock held; nonzero stops the wait. */
+HCB_API void hcb_runtime_set_interrupt(hcb_runtime *rt, hcb_check_fn fn,
+                                       void *user);
+
 /* Drains every queue and joins every consumer thread.  The runtime stays
  * usable: the next submit starts the device's thread again.  HCB_EDEADLK if
  * called from a consumer thread. */

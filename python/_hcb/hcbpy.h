@@ -83,6 +83,7 @@ typedef struct hcb_state {
     PyObject *str_device;      /* interned "device" */
     PyObject *kw_device;       /* ("device",): vectorcall keyword names */
     atomic_int shutting_down;  /* set at exit: taps are no longer delivered */
+    unsigned long main_thread; /* Python's main thread (configure) */
 } hcb_state;
 
 /* What a Python target is (how to release it). */
@@ -258,6 +259,12 @@ hcb_py_packed(hcb_dtype dtype)
 void hcb_py_store(const hcb_array *res, const void *data);
 /* The runtime's log sink (hcb_log_fn); `user` is the module state. */
 void hcb_py_log(void *user, const char *message);
+/* The runtime's interrupt check (hcb_runtime_set_interrupt); `user` is the
+ * module state.  In Python's main thread, where signal handlers run, runs
+ * them (taking the GIL): nonzero when one raised (Ctrl-C), which is then
+ * raised again for Python once the computation that waited has failed.
+ * Elsewhere 0. */
+int hcb_py_check_interrupt(void *user);
 
 /* targets.c: Python targets and their life. */
 /* A new Python target of `size` bytes (which starts with an hcb_py_target)

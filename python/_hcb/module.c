@@ -24,6 +24,27 @@ state_of(PyObject *module)
     return (hcb_state *)PyModule_GetState(module);
 }
 
+/* threading.main_thread().ident: where Python runs signal handlers. */
+static int
+main_thread_ident(unsigned long *out)
+{
+    PyObject *threading = PyImport_ImportModule("threading"), *main, *ident;
+
+    if (threading == NULL)
+        return -1;
+    main = PyObject_CallMethod(threading, "main_thread", NULL);
+    Py_DECREF(threading);
+    if (main == NULL)
+        return -1;
+    ident = PyObject_GetAttrString(main, "ident");
+    Py_DECREF(main);
+    if (ident == NULL)
+        return -1;
+    *out = PyLong_AsUnsignedLong(ident);
+    Py_DECREF(ident);
+    return *out == (unsigned long)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
 /* configure(dtypes, device_lookup, on_error, tree_flatten, warn) */
 static PyObject *
 hcb_configure(PyObject *module, PyObject *args)
@@ -56,8 +77,11 @@ hcb_configure(PyObject *module, PyObject *args)
     Py_XSETREF(st->tree_flatten, flatten);
     Py_INCREF(warn);
     Py_XSETREF(st->warn, warn);
+    if (main_thread_ident(&st->main_thread) < 0)
+        return NULL;
     hcb_runtime_set_log(st->rt, hcb_py_log, st);
     hcb_py_interrupt_install(st);
+    hcb_runtime_set_interrupt(st->rt, hcb_py_check_interrupt, st);
     Py_RETURN_NONE;
 }
 
@@ -145,6 +169,7 @@ static const handler_entry cpu_handlers[] = {
     {"hcb_call", hcb_ffi_call, 1},
     {"hcb_buffer_call", hcb_ffi_buffer_call, 1},
     {"hcb_device_ordinal", hcb_ffi_ordinal_handler, 0},
+    {"hcb_flush", hcb_ffi_flush, 0},
     {"hcb_sharded_check", hcb_ffi_sharded_check, 1},
     {NULL, NULL, 0}};
 
@@ -157,6 +182,7 @@ static const handler_entry cuda_handlers[] = {
     {"hcb_call", hcb_ffi_call_cuda, 0},
     {"hcb_buffer_call", hcb_ffi_buffer_call_cuda, 0},
     {"hcb_device_ordinal", hcb_ffi_ordinal_handler_cuda, 0},
+    {"hcb_flush", hcb_ffi_flush_cuda, 0},
     {"hcb_sharded_check", hcb_ffi_sharded_check_cuda, 0},
     {NULL, NULL, 0}};
 
@@ -291,6 +317,25 @@ hcb_barrier(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyEval_RestoreThread(save);
     if (rc != HCB_OK)
         return PyErr_Occurred() ? NULL : hcb_py_raise(&err);
+    Py_RETURN_NONE;
+}
+
+/* flush(device_key): waits, without the GIL, until the records the device
+ * submitted so far are delivered, as the end of a computation of that
+ * device does (hcb_runtime_flush): from JAX's Python callback, in a
+ * computation of that device. */
+static PyObject *
+hcb_flush(PyObject *module, PyObject *arg)
+{
+    hcb_state *st = state_of(module);
+    hcb_device dev;
+    hcb_error err;
+    int rc;
+
+    if (parse_device(arg, &dev) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS rc = hcb_runtime_flush(st->rt, dev, &err);
+    Py_END_ALLOW_THREADS if (rc != HCB_OK) return hcb_py_raise(&err);
     Py_RETURN_NONE;
 }
 
@@ -580,6 +625,9 @@ static PyMethodDef hcb_methods[] = {
      "notify_unused(): wake wait_unused (a site was retired)."},
     {"barrier", (PyCFunction)(void (*)(void))hcb_barrier, METH_FASTCALL,
      "barrier(device_key=None): wait until submitted records are consumed."},
+    {"flush", hcb_flush, METH_O,
+     "flush(device_key): wait until the records the device submitted so "
+     "far are delivered, as the end of a computation of it does."},
     {"stop", hcb_stop, METH_NOARGS,
      "stop(): drain the queues and join the consumer threads."},
     {"shutdown", hcb_shutdown, METH_NOARGS,

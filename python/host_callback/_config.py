@@ -16,6 +16,12 @@
 ``HOST_CALLBACK_INLINE``
     ``1``/``true``: outside ``jax.jit`` and other staging, call tap functions
     directly in the calling thread (for debuggers and stack traces).
+``HOST_CALLBACK_TAPS_BEFORE_RESULTS``
+    ``1``/``true``: a compiled program's results are ready only once its
+    ``id_tap``/``id_print`` taps have run, as its ``debug.*`` callbacks and
+    progress bars always are (one wait at the end of each execution).
+    Default ``0``: taps run asynchronously, as in the removed
+    ``jax.experimental.host_callback`` (``barrier_wait`` waits for them).
 
 The legacy names ``JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE`` and
 ``JAX_HOST_CALLBACK_INLINE`` are honoured when the new ones are unset.
@@ -90,5 +96,13 @@ def inline() -> bool:
   return False if found is None else _parse_bool(*found)
 
 
+def taps_before_results() -> bool:
+  """Whether HOST_CALLBACK_TAPS_BEFORE_RESULTS asks for id_tap's taps to
+  be delivered before a program's results are ready."""
+  found = _env("TAPS_BEFORE_RESULTS")
+  return False if found is None else _parse_bool(*found)
+
+
 MAX_QUEUE_BYTES: int = max_queue_bytes()
 INLINE: bool = inline()
+TAPS_BEFORE_RESULTS: bool = taps_before_results()

@@ -241,6 +241,11 @@ def barrier(device_key: int | None = None, /) -> None:
   """Waits (without the GIL) until the records submitted so far to
   ``device_key`` (None: every device) are consumed."""
 
+def flush(device_key: int, /) -> None:
+  """Waits (without the GIL) until the records ``device_key`` submitted so
+  far are delivered, as the end of a computation of that device does
+  (``hcb_flush``); at once from that device's own consumer thread."""
+
 def stop() -> None:
   """Drains the queues and joins the consumer threads."""
 

@@ -113,7 +113,8 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
                           args: Sequence[Any], *, what: str,
                           has_side_effect: bool, device_index: int,
                           callback_id: Any, ntapped: Any = None,
-                          partitioned: bool = False) -> Sequence[Any]:
+                          partitioned: bool = False,
+                          flush: bool = False) -> Sequence[Any]:
   ndevices = _sharded_devices(ctx)
   if not 0 <= device_index < ndevices:
     raise ValueError(
@@ -149,9 +150,15 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
     if target == "hcb_tap":
       try:
         _hcb.submit_tap(callback_id, key, arrays[:int(ntapped)])
+        if flush:
+          # Delivered before the results are ready: JAX's callback runs in
+          # the computation, so it waits here, as the flush at a program's
+          # end does (a flush op of ours would lose its one-device
+          # sharding in the partitioner).
+          _hcb.flush(key)
       except Exception as exc:  # for barrier_wait, never for one device
         _runtime.tap_not_queued(what, key, exc)
-      return () if partitioned else arrays
+      return ()
     outs = tuple(np.zeros(a.shape, a.dtype) for a in out_avals)
     # A failure is parked and raised by every device (hcb_sharded_check
     # below): raising here, on one device, would leave the others waiting
@@ -221,17 +228,21 @@ def _op_sharding(ctx: mlir.LoweringRuleContext) -> Any:
 def lower(ctx: mlir.LoweringRuleContext, target: str, args: Sequence[Any], *,
           what: str, has_side_effect: bool, device_index: int,
           operand_output_aliases: dict[int, int] | None = None,
-          partitioned: bool = False, **attributes: Any) -> Sequence[Any]:
+          partitioned: bool = False, flush: bool = False,
+          **attributes: Any) -> Sequence[Any]:
   """Emits the custom call ``target`` with ``attributes`` (and the sharding
   annotation the context needs); returns its results.
 
   A side-effecting callback also takes and returns a token, which
   _order.py chains through the program so that callbacks run in program
-  order; here it takes a token of its own."""
+  order; here it takes a token of its own.  With ``flush`` (a tap) the
+  program's results are ready only once the tap has been delivered
+  (_order.py ends the program with a flush)."""
   if _sharded_devices(ctx) > 1:
     return _lower_through_python(
         ctx, target, args, what=what, has_side_effect=has_side_effect,
-        device_index=device_index, partitioned=partitioned, **attributes)
+        device_index=device_index, partitioned=partitioned, flush=flush,
+        **attributes)
   ordered = has_side_effect
   sharding = _op_sharding(ctx)
   if ordered:
@@ -252,5 +263,7 @@ def lower(ctx: mlir.LoweringRuleContext, target: str, args: Sequence[Any], *,
     _jax.set_sharding(ctx.module_context, op, sharding)
   if not ordered:
     return op.results
+  if flush:
+    _order.mark_flush(op)
   _order.note(ctx)
   return op.results[:-1]

@@ -11,14 +11,16 @@ on tangents, in a custom JVP rule, under ``grad``) it taps the cotangents
 and ``transforms`` gains ``('transpose', {})``.
 
 A tap lowers to one XLA custom call, ``hcb_tap`` (src/ffi/handlers.h), whose
-operands are the tapped arrays followed by the arrays of ``result``, and
-whose results alias those operands: the computation continues with the same
-buffers, and the data dependence orders the tap (after its inputs are
-computed, before its outputs are used).  A token operand and result order
-it after the program's previous callback and before its next one
-(_order.py).  The custom call carries ``has_side_effect`` and the primitive
-has no JAX effect, so jitted functions with taps keep JAX's C++ fast
-dispatch path.
+operands are the tapped arrays and an order token, and whose one result is
+the token: the computation goes on with its own arrays, so the compiler
+fuses and computes as without the tap (the same bits; a result aliased to
+each operand, as the removed module had, stopped fusion across the tap
+and made compile time grow with the square of the leaves).  The token
+orders it after the program's previous callback and before its next one
+(_order.py).  A ``PURE`` tap, which XLA may remove, returns its operands
+(aliased) and runs where they are used.  The custom call carries
+``has_side_effect`` and the primitive has no JAX effect, so jitted
+functions with taps keep JAX's C++ fast dispatch path.
 """
 
 from __future__ import annotations
@@ -74,8 +76,8 @@ _jax.allow_effect_everywhere(DifferentiatedTapEffect)
 
 def _tap_abstract_eval(*avals: Any, site: _runtime.TapSite, ntapped: int,
                        device_index: int, flavor: CallbackFlavor,
-                       differentiated: bool) -> Any:
-  del site, ntapped, device_index
+                       differentiated: bool, deliver: bool) -> Any:
+  del site, ntapped, device_index, deliver
   _containers.keep_containers()
   keep = differentiated and flavor is not CallbackFlavor.PURE
   return avals, {_differentiated} if keep else no_effects
@@ -83,18 +85,31 @@ def _tap_abstract_eval(*avals: Any, site: _runtime.TapSite, ntapped: int,
 
 def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
                   site: _runtime.TapSite, ntapped: int, device_index: int,
-                  flavor: CallbackFlavor, differentiated: bool) -> Any:
+                  flavor: CallbackFlavor, differentiated: bool,
+                  deliver: bool) -> Any:
   del differentiated
-  return _lowering.lower(
-      ctx, "hcb_tap", args, what="id_tap",
-      has_side_effect=flavor is not CallbackFlavor.PURE,
-      device_index=device_index,
-      operand_output_aliases={i: i for i in range(len(args))},
-      # jax.debug's partitioned=True (debug.py): under jit over sharded
-      # operands every device taps its own shard.
-      partitioned=bool(getattr(site.func, "partitioned", False)),
-      callback_id=np.uint64(_runtime.lowered_site_id(ctx, site)),
-      ntapped=np.int64(ntapped))
+  callback_id = np.uint64(_runtime.lowered_site_id(ctx, site))
+  # jax.debug's partitioned=True (debug.py): under jit over sharded
+  # operands every device taps its own shard.
+  partitioned = bool(getattr(site.func, "partitioned", False))
+  if flavor is CallbackFlavor.PURE:
+    # No side effect: XLA may remove it, and keeps it where its results
+    # (its operands, aliased) are used.
+    return _lowering.lower(
+        ctx, "hcb_tap", args, what="id_tap", has_side_effect=False,
+        device_index=device_index,
+        operand_output_aliases={i: i for i in range(len(args))},
+        partitioned=partitioned, callback_id=callback_id,
+        ntapped=np.int64(ntapped))
+  # The tapped arrays in, the order token alone out: the program goes on
+  # with the arrays themselves, as without the tap (the same fusions, the
+  # same numbers).  The token orders it among the callbacks (_order.py).
+  _lowering.lower(
+      ctx.replace(avals_in=ctx.avals_in[:ntapped], avals_out=()), "hcb_tap",
+      args[:ntapped], what="id_tap", has_side_effect=True,
+      device_index=device_index, partitioned=partitioned, flush=deliver,
+      callback_id=callback_id, ntapped=np.int64(ntapped))
+  return list(args)
 
 
 def _tap_batching(args: Any, dims: Any, *, site: _runtime.TapSite,
@@ -246,10 +261,15 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
   receives ``device=`` the ``jax.Device`` the value comes from.  Typed PRNG
   keys are sent as their key data.
 
-  The tap runs after ``arg`` (and ``result``) are computed and before the
-  returned value is used.  It runs even when the returned value is unused
-  (unless ``callback_flavor`` is ``PURE``).  Exceptions in ``tap_func`` are
-  logged and re-raised by :func:`barrier_wait`.
+  The tap runs after ``arg`` is computed, in program order with the
+  program's other callbacks; the returned value is the program's own (no
+  data dependence on the tap: it changes nothing the program computes).  It
+  runs even when the returned value is unused (unless ``callback_flavor`` is
+  ``PURE``).  A computation's results may be ready before its taps have
+  run, as in the removed module (:func:`barrier_wait` waits for them;
+  ``HOST_CALLBACK_TAPS_BEFORE_RESULTS=1`` makes the results wait).
+  Exceptions in ``tap_func`` are logged and re-raised by
+  :func:`barrier_wait`.
 
   Args:
     tap_func: the host function, ``tap_func(arg, transforms[, device=])``,
@@ -260,7 +280,7 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
       with ``tap_with_device``).
     arg: a pytree of arrays (or values convertible to arrays).
     result: if given, returned instead of ``arg``; it is not sent to the
-      host, but the tap still happens before it is used.
+      host.
     tap_with_device: pass ``device=`` to ``tap_func``.
     device_index: which device taps in a multi-device computation.
     callback_flavor: see :class:`CallbackFlavor`.
@@ -270,6 +290,20 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
   """
   if kwargs:
     _unexpected_keywords(kwargs)
+  return tap(tap_func, arg, result=result, tap_with_device=tap_with_device,
+             device_index=device_index, callback_flavor=callback_flavor,
+             deliver=_config.TAPS_BEFORE_RESULTS)
+
+
+def tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger, arg: Any,
+        *, result: Any = None, tap_with_device: bool = False,
+        device_index: int = 0,
+        callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
+        deliver: bool) -> Any:
+  """:func:`id_tap`, where ``deliver`` says whether a compiled program's
+  results are ready only once the tap has run (the drop-ins: debug.py,
+  progress.py), or the tap runs asynchronously, as the removed module's
+  (``HOST_CALLBACK_TAPS_BEFORE_RESULTS``, _config.py)."""
   tap_with_device = _args.check_bool("id_tap", "tap_with_device",
                                      tap_with_device)
   if isinstance(tap_func, logging.Logger):
@@ -300,7 +334,8 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
 
   outs = tap_p.bind(*tapped, *_leaves.key_data_of_keys(res_leaves), site=site,
                     ntapped=len(tapped), device_index=device_index,
-                    flavor=callback_flavor, differentiated=False)
+                    flavor=callback_flavor, differentiated=False,
+                    deliver=bool(deliver))
   if result is None:
     return treedef.unflatten(_leaves.rewrap_keys(leaves, outs[:len(tapped)]))
   return res_treedef.unflatten(_leaves.rewrap_keys(res_leaves, outs[len(tapped):]))

@@ -3,11 +3,12 @@
 Migrating is one line: ``from host_callback import debug`` and
 ``debug.print(...)`` where the program had ``jax.debug.print(...)``.
 
-Each is one ``id_tap`` (_tap.py) of the array arguments, whose result is
+Each is one tap (_tap.py) of the array arguments, whose result is
 dropped: the device copies the arguments into the runtime's queue and goes
-on; the function runs later on the device's consumer thread, asynchronously
-as JAX's own debug callbacks do, and ``jax.effects_barrier()`` and
-``host_callback.barrier_wait()`` wait for it.  The tap function
+on; the function runs on the device's consumer thread, and the
+computation's results are ready once it has run, as with JAX's own debug
+callbacks (one wait at the end of each execution: the tap asks for it,
+``deliver=True``; _order.py, "hcb_flush").  The tap function
 (``_DebugTap``) gives the tapped values the semantics of ``jax.debug``,
 from the ``transforms`` the tap receives:
 
@@ -331,8 +332,9 @@ def _issue(func: Callable[..., Any], args: tuple[Any, ...],
     return
   if layout is not None:
     leaves = [leaves[j] for j in layout.order]
-  _tap.id_tap(tap, leaves, tap_with_device=with_device,
-              callback_flavor=CallbackFlavor.DEBUG)
+  # deliver: the program's results are ready once it has run, as JAX's.
+  _tap.tap(tap, leaves, tap_with_device=with_device,
+           callback_flavor=CallbackFlavor.DEBUG, deliver=True)
 
 
 def callback(callback: Callable[..., Any] | None = None, *args: Any,

@@ -26,16 +26,18 @@ so a loop under ``vmap`` draws one bar per id.  Beyond jax-tqdm:
 - bars are drawn with positions that no other open bar uses, so
   concurrent and nested loops do not draw over each other.
 
-How it works.  The loop's body taps ``(index, id)`` with ``id_tap``, where
-``index`` is the loop's index after the steps done: 0 before step 0 (so
-the bar appears when the loop starts), and after every ``print_rate``-th
-step and the last one (which closes the bar).  Taps of one device run in
-program order, so the bar sees its updates in order.  On the host a
-registry keyed by (loop, id, device) holds the open bars; a bar counts
-steps from the index its run started at.  A bar is complete and closed
-once its last tap has run, so after :func:`host_callback.barrier_wait` or
-``jax.effects_barrier()``, which also close the bars of loops that ended
-before their last index (a scan shorter than its bar).
+How it works.  The loop's body taps ``(index, id)``, where ``index`` is the
+loop's index after the steps done: 0 before step 0 (so the bar appears
+when the loop starts), and after every ``print_rate``-th step and the last
+one (which closes the bar).  Taps of one device run in program order, so
+the bar sees its updates in order.  On the host a registry keyed by (loop,
+id, device) holds the open bars; a bar counts steps from the index its
+run started at.  A bar is complete and closed once its last tap has run:
+the taps ask for delivery before the program's results are ready
+(``_tap.tap(..., deliver=True)``), so a bar is complete when the loop's
+result is read, as jax-tqdm's.  :func:`host_callback.barrier_wait` and
+``jax.effects_barrier()`` also close the bars of loops that ended before
+their last index (a scan shorter than its bar).
 
 tqdm is an optional dependency (``pip install 'host_callback[progress]'``);
 importing this module without it raises an ImportError that says so.
@@ -64,7 +66,7 @@ from jax import lax
 
 from host_callback import _args
 from host_callback import _runtime
-from host_callback._tap import id_tap
+from host_callback._tap import tap
 
 __all__ = ["PBar", "loop_tqdm", "scan_tqdm", "while_loop"]
 
@@ -305,14 +307,14 @@ class _Spec:
     self.close_taps = (self.close, self.close_named)
 
   def tap_update(self, count: Any, bar_id: Any) -> None:
-    id_tap(self.update_taps[_on_several_devices()],
-           (jnp.asarray(count, jnp.int32), jnp.asarray(bar_id, jnp.int32)),
-           tap_with_device=True)
+    tap(self.update_taps[_on_several_devices()],
+        (jnp.asarray(count, jnp.int32), jnp.asarray(bar_id, jnp.int32)),
+        tap_with_device=True, deliver=True)
 
   def tap_close(self, count: Any, bar_id: Any) -> None:
-    id_tap(self.close_taps[_on_several_devices()],
-           (jnp.asarray(count, jnp.int32), jnp.asarray(bar_id, jnp.int32)),
-           tap_with_device=True)
+    tap(self.close_taps[_on_several_devices()],
+        (jnp.asarray(count, jnp.int32), jnp.asarray(bar_id, jnp.int32)),
+        tap_with_device=True, deliver=True)
 
   def step(self, iter_num: Any, bar_id: Any, body: Callable[[], Any]) -> Any:
     """Runs ``body()`` as loop step ``iter_num`` of ``total``, with its taps:

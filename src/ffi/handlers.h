@@ -10,8 +10,8 @@
  * the compiler makes one straight function of each handler, as fast as a
  * handler written for that platform alone.  Run them through
  * hcb_ffi_run_ctx (or hcb__run_as_is) with an hcb__handler as `ctx`, under
- * the target names "hcb_tap", "hcb_call", "hcb_device_ordinal" and
- * "hcb_sharded_check".
+ * the target names "hcb_tap", "hcb_call", "hcb_flush", "hcb_device_ordinal"
+ * and "hcb_sharded_check".
  *
  * XLA calls a handler on the thread running the computation.  A tap
  * returns as soon as its record is queued (channels.c delivers it on the
@@ -97,15 +97,21 @@ forward_operands(const hcb__platform *p, XLA_FFI_CallFrame *frame,
 
 /* ---- hcb_tap ------------------------------------------------------------ */
 
+/* A tap's results are its operands, aliased (a PURE tap, which XLA keeps
+ * only where its results are used), or the order token alone (every other
+ * tap: the program goes on with its operands as without the tap). */
 static int
 check_tap_frame(const XLA_FFI_CallFrame *frame, int64_t ntapped, hcb_error *err)
 {
-    int64_t i, n = frame->args.size - order_tokens(frame);
+    int64_t tokens = order_tokens(frame);
+    int64_t i, n = frame->args.size - tokens;
 
-    if (frame->args.size != frame->rets.size)
+    if (frame->args.size != frame->rets.size &&
+        !(tokens == 1 && frame->rets.size == 1))
         return hcb_error_set(err, HCB_EINVAL,
-                             "%lld operands but %lld results; each result "
-                             "must alias its operand",
+                             "%lld operands but %lld results; the results "
+                             "must alias the operands, or be the order token "
+                             "alone",
                              (long long)frame->args.size,
                              (long long)frame->rets.size);
     if (ntapped < 0 || ntapped > n)
@@ -114,15 +120,17 @@ check_tap_frame(const XLA_FFI_CallFrame *frame, int64_t ntapped, hcb_error *err)
                              (long long)ntapped, (long long)n);
     for (i = 0; i < frame->args.size; i++) {
         if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER ||
-            frame->rets.types[i] != XLA_FFI_RetType_BUFFER)
+            (i < frame->rets.size &&
+             frame->rets.types[i] != XLA_FFI_RetType_BUFFER))
             return hcb_error_set(err, HCB_EINVAL,
                                  "operand %lld is not a buffer", (long long)i);
     }
     return HCB_OK;
 }
 
-/* Operands: the tapped arrays, pass-through arrays, [order token]; results
- * alias them.  Attributes: callback_id, ntapped. */
+/* Operands: the tapped arrays, pass-through arrays, [order token]; results:
+ * the operands, aliased, or the order token alone.  Attributes:
+ * callback_id, ntapped. */
 HCB__BODY int
 hcb__tap_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
 {
@@ -229,6 +237,31 @@ hcb__call_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
     if (views != stack_views)
         hcb__free(views);
     return rc;
+}
+
+/* ---- hcb_flush ---------------------------------------------------------- */
+
+/* Operand: the order token after the computation's last callback; result:
+ * a token.  Waits until the device's consumer has delivered every record
+ * the device submitted before (hcb_runtime_flush), once the platform has
+ * submitted the records of the taps it has in flight (on CUDA: the copies
+ * on the stream).  The lowering ends a computation with it when its
+ * results must imply the delivery of its callbacks
+ * (python/host_callback/_order.py). */
+HCB__BODY int
+hcb__flush_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
+{
+    const hcb__handler *h = ctx;
+    hcb_runtime *rt;
+    hcb_device device;
+    int rc;
+
+    if ((rt = handler_runtime(h, err)) == NULL)
+        return err->code;
+    if ((rc = h->platform->device(rt, frame, &device, err)) != HCB_OK ||
+        (rc = h->platform->drain(frame, err)) != HCB_OK)
+        return rc;
+    return hcb_runtime_flush(rt, device, err);
 }
 
 /* ---- hcb_device_ordinal and hcb_sharded_check --------------------------- */

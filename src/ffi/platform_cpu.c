@@ -65,8 +65,16 @@ cpu_call(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
                             err);
 }
 
+static int
+cpu_drain(const XLA_FFI_CallFrame *frame, hcb_error *err)
+{
+    (void)frame;
+    (void)err;
+    return HCB_OK;
+}
+
 const hcb__platform hcb__platform_cpu = {cpu_device, cpu_copy_on_device,
-                                         cpu_send, cpu_call};
+                                         cpu_send, cpu_call, cpu_drain};
 
 /* ---- the exported CPU handlers ------------------------------------------ */
 
@@ -75,6 +83,7 @@ static const hcb__handler cpu = {&hcb__platform_cpu, NULL};
 HCB_FFI_HANDLER_CTX(hcb_ffi_tap, "hcb_tap", hcb__tap_body, &cpu, 0)
 HCB_FFI_HANDLER_CTX(hcb_ffi_ordinal_handler, "hcb_device_ordinal",
                     hcb__ordinal_body, &cpu, 0)
+HCB_FFI_HANDLER_CTX(hcb_ffi_flush, "hcb_flush", hcb__flush_body, &cpu, 0)
 
 XLA_FFI_Error *
 hcb_ffi_call(XLA_FFI_CallFrame *frame)

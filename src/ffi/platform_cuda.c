@@ -440,11 +440,30 @@ cuda_call_in_place(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
     return rc;
 }
 
+/* The taps of the stream so far have landed and been submitted once the
+ * stream is idle: their host functions (`landed`, `unstage`) have run.
+ * The one synchronisation of a computation whose results wait for its
+ * callbacks (hcb_flush), on XLA's thread. */
+static int
+cuda_drain(const XLA_FFI_CallFrame *frame, hcb_error *err)
+{
+    const hcb__cuda *api;
+    void *stream = NULL;
+    int rc, status;
+
+    if ((rc = stream_of(frame, &api, &stream, err)) != HCB_OK)
+        return rc;
+    if ((status = api->stream_synchronize(stream)) != 0)
+        return hcb__cuda_fail(api, status, "waiting for the stream", err);
+    return HCB_OK;
+}
+
 const hcb__platform hcb__platform_cuda = {cuda_device, cuda_copy_on_device,
-                                          cuda_send, cuda_call};
+                                          cuda_send, cuda_call, cuda_drain};
 
 const hcb__platform hcb__platform_cuda_in_place = {
-    cuda_device, cuda_copy_on_device, cuda_send, cuda_call_in_place};
+    cuda_device, cuda_copy_on_device, cuda_send, cuda_call_in_place,
+    cuda_drain};
 
 /* ---- the ordinal ---------------------------------------------------------
  *
@@ -484,6 +503,7 @@ static const hcb__handler cuda_buffer = {&hcb__platform_cuda_in_place, NULL};
 HCB_FFI_HANDLER_CTX(hcb_ffi_tap_cuda, "hcb_tap", hcb__tap_body, &cuda, 0)
 HCB_FFI_HANDLER_CTX(hcb_ffi_ordinal_handler_cuda, "hcb_device_ordinal",
                     cuda_ordinal_body, &cuda, 0)
+HCB_FFI_HANDLER_CTX(hcb_ffi_flush_cuda, "hcb_flush", hcb__flush_body, &cuda, 0)
 
 XLA_FFI_Error *
 hcb_ffi_call_cuda(XLA_FFI_CallFrame *frame)

@@ -389,6 +389,85 @@ hcb_runtime_barrier(hcb_runtime *rt, hcb_device device, hcb_error *err)
     return hcb_runtime_barrier_poll(rt, device, 0, NULL, NULL, err);
 }
 
+int
+hcb_runtime_flush(hcb_runtime *rt, hcb_device device, hcb_error *err)
+{
+    channel *ch = hcb__channel_find(rt, device);
+    uint64_t mark, nested, start, warn_at, next, seen_done = 0;
+    bool warned = false;
+    int rc;
+
+    /* Its own consumer would wait for itself (a tap function that runs a
+     * computation of its device in its own thread). */
+    if (ch == NULL || hcb__consumer == ch || hcb__queue_idle(&ch->queue))
+        return HCB_OK;
+    if (hcb__queue_stranded(&ch->queue) &&
+        (rc = hcb__ensure_consumer(ch, true, err)) != HCB_OK)
+        return rc;
+    nested = hcb__queue_self_pushed(&ch->queue);
+    mark = hcb__queue_mark(&ch->queue);
+    seen_done = atomic_load(&ch->queue.done);
+    start = hcb__now_ns();
+    warn_at = start + HCB_CALL_WAIT_WARN_NS;
+    for (;;) {
+        uint64_t now, done;
+
+        next = hcb__now_ns() + HCB_INTERRUPT_POLL_NS;
+        if (!warned && next > warn_at)
+            next = warn_at;
+        if (hcb__queue_wait_mark(&ch->queue, mark, next)) {
+            uint64_t more = hcb__queue_self_pushed(&ch->queue);
+
+            if (more == nested)
+                return HCB_OK;
+            /* Records those callbacks issued themselves, running a
+             * computation of this device in the consumer's thread: they
+             * belong to those callbacks (JAX runs a nested computation's
+             * callbacks inside the outer one), so wait for them too. */
+            nested = more;
+            mark = hcb__queue_mark(&ch->queue);
+            continue;
+        }
+        now = hcb__now_ns();
+        done = atomic_load(&ch->queue.done);
+        if (done != seen_done) {
+            /* a backlog that moves: no one waits for this computation */
+            seen_done = done;
+            warn_at = now + HCB_CALL_WAIT_WARN_NS;
+        } else if (!warned && now >= warn_at) {
+            const target *t =
+                atomic_load_explicit(&ch->delivering, memory_order_relaxed);
+
+            warned = true;
+            hcb__runtime_log(
+                rt,
+                "a computation on %s:%d has waited %.1f s at its end for "
+                "the %llu callbacks its device issued before, and none has "
+                "finished for %.1f s (the tap function now running: '%s'); "
+                "its results are ready once they have run.  It goes on "
+                "waiting.  If that callback function runs a computation "
+                "with debug callbacks or progress bars on the same device, "
+                "they wait for each other: run that computation on another "
+                "device, or outside the callback",
+                HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu"
+                                                                    : "gpu",
+                (int)HCB_DEVICE_ORDINAL(ch->device),
+                (double)(now - start) / 1e9,
+                (unsigned long long)(mark > done ? mark - done : 0),
+                (double)HCB_CALL_WAIT_WARN_NS / 1e9,
+                t != NULL ? t->name : "(none)");
+        }
+        if (hcb__runtime_interrupted(rt))
+            return hcb_error_set(
+                err, HCB_ECALLBACK,
+                "interrupted while waiting for the "
+                "callbacks of %s:%d to run",
+                HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu"
+                                                                    : "gpu",
+                (int)HCB_DEVICE_ORDINAL(ch->device));
+    }
+}
+
 /* A producer of `ch` (the device's thread) has waited `waited_ns` for room
  * in the queue, while `delivered` records were delivered (queue.c calls it
  * once per wait, no lock held).  Warns, at most once a minute per device,

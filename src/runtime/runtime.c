@@ -50,6 +50,28 @@ hcb_runtime_set_log(hcb_runtime *rt, hcb_log_fn fn, void *user)
 }
 
 void
+hcb_runtime_set_interrupt(hcb_runtime *rt, hcb_check_fn fn, void *user)
+{
+    hcb__mutex_lock(&rt->mu);
+    rt->interrupt_fn = fn;
+    rt->interrupt_user = user;
+    hcb__mutex_unlock(&rt->mu);
+}
+
+bool
+hcb__runtime_interrupted(hcb_runtime *rt)
+{
+    hcb_check_fn fn;
+    void *user;
+
+    hcb__mutex_lock(&rt->mu);
+    fn = rt->interrupt_fn;
+    user = rt->interrupt_user;
+    hcb__mutex_unlock(&rt->mu);
+    return fn != NULL && fn(user) != 0;
+}
+
+void
 hcb__runtime_log(hcb_runtime *rt, const char *fmt, ...)
 {
     char msg[HCB_ERROR_MESSAGE_SIZE];

@@ -108,6 +108,9 @@
  * the caller's check, with no lock held.  A producer waiting for room does
  * the same with the runtime's submit check (hcb_runtime_set_submit_check);
  * a check that says stop fails that submit, and the record is released.
+ * A computation's thread that waits at its end for its device's records
+ * (hcb_runtime_flush) calls the runtime's interrupt check
+ * (hcb_runtime_set_interrupt) the same way.
  */
 #ifndef HCB_RUNTIME_H
 #define HCB_RUNTIME_H
@@ -191,6 +194,9 @@ struct hcb_runtime {
     unsigned warn_head, warn_count;
     uint64_t warn_dropped; /* messages that found no free slot */
     char warn_msgs[WARN_SLOTS][HCB_ERROR_MESSAGE_SIZE];
+    /* Asked while a computation's thread waits (hcb_runtime_flush). */
+    hcb_check_fn interrupt_fn; /* under mu */
+    void *interrupt_user;      /* under mu */
 
     hcb__mutex err_mu;
     uint64_t pending_errors; /* under err_mu */
@@ -290,6 +296,9 @@ void hcb__runtime_warn(hcb_runtime *rt, const char *fmt, ...) HCB_PRINTF(2, 3);
 /* Stops the warning thread once it has logged what it holds (stop and
  * destroy; a later warning starts it again). */
 void hcb__runtime_warn_stop(hcb_runtime *rt);
+/* Calls the runtime's interrupt check (hcb_runtime_set_interrupt), if any,
+ * with no lock held: whether it asks to stop waiting. */
+bool hcb__runtime_interrupted(hcb_runtime *rt);
 
 /* calls.c */
 /* Parks `error` for call `id` until `ndevices` devices have taken it;

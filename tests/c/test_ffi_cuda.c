@@ -197,6 +197,7 @@ test_cuda_handlers_answer_the_metadata_probe(void **state)
     assert_int_equal(tf_probe(hcb_ffi_buffer_call_cuda), 3);
     assert_int_equal(tf_probe(hcb_ffi_ordinal_handler_cuda), 3);
     assert_int_equal(tf_probe(hcb_ffi_sharded_check_cuda), 3);
+    assert_int_equal(tf_probe(hcb_ffi_flush_cuda), 3);
 }
 
 /* The handler returns with the copy still queued on a busy stream; the
@@ -222,6 +223,54 @@ test_tap_returns_without_waiting_for_the_stream(void **state)
     assert_int_equal(sink->first_value[0], 41);
     assert_true(sink->device[0] == DEVICE);
     assert_int_equal(atomic_load(&fake_cuda_counts.host_allocs), 1);
+}
+
+typedef struct flush_job {
+    atomic_int done;
+    int rc;
+} flush_job;
+
+static void *
+flush_on_stream(void *arg)
+{
+    flush_job *j = arg;
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    test_frame tf;
+
+    tf_init(&tf);
+    tf_add_buffer(&tf, XLA_FFI_DataType_TOKEN, NULL, 0, NULL, NULL);
+    j->rc =
+        run_body(&tf, "hcb_flush", hcb__flush_body, &hcb__platform_cuda, msg);
+    atomic_store(&j->done, 1);
+    return NULL;
+}
+
+/* hcb_flush waits for the stream (once), so that the taps on it have
+ * landed and been submitted, and then for their delivery: when it
+ * returns, the tap function has run.  The tap itself never waited. */
+static void
+test_flush_waits_for_the_stream_then_the_deliveries(void **state)
+{
+    int32_t x[2] = {51, 52};
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    flush_job j = {0, -1};
+    pthread_t t;
+
+    (void)state;
+    sink->delay_us = 5000;
+    fake_stream_hold(stream, true);
+    assert_int_equal(tap(x, 2, sink_id, msg), 0);
+    assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 0);
+    assert_int_equal(pthread_create(&t, NULL, flush_on_stream, &j), 0);
+    tu_sleep_us(20000);
+    assert_false(atomic_load(&j.done)); /* the copy has not landed */
+    fake_stream_hold(stream, false);
+    pthread_join(t, NULL);
+    assert_int_equal(j.rc, 0);
+    assert_int_equal(tu_sink_count(sink), 1); /* delivered, no barrier */
+    assert_int_equal(sink->first_value[0], 51);
+    assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 1);
+    sink->delay_us = 0;
 }
 
 /* Records reach the tap function in the order the device issued them, the
@@ -974,6 +1023,9 @@ main(void)
         cmocka_unit_test(test_cuda_handlers_answer_the_metadata_probe),
         cmocka_unit_test_setup_teardown(
             test_tap_returns_without_waiting_for_the_stream, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_flush_waits_for_the_stream_then_the_deliveries, setup,
+            teardown),
         cmocka_unit_test_setup_teardown(test_taps_keep_program_order, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_full_pool_makes_the_device_wait,

@@ -65,6 +65,7 @@ test_answers_metadata_probe_with_0_3(void **state)
 {
     (void)state;
     assert_int_equal(tf_probe(hcb_ffi_tap), 3);
+    assert_int_equal(tf_probe(hcb_ffi_flush), 3);
 }
 
 static void
@@ -263,6 +264,76 @@ test_malformed_frames_fail_cleanly(void **state)
         msg, "hcb_tap: operand 0: unsupported buffer type token (XLA type 17)");
 }
 
+/* A tap whose one result is the order token (every ordered tap: the
+ * program goes on with its operands, not with results of the tap): its
+ * operands are tapped, nothing is forwarded.  Any other shape of results
+ * is refused. */
+static void
+test_token_alone_as_the_result(void **state)
+{
+    float x[2] = {6.5f, 7.5f};
+    int64_t dx[1] = {2};
+    test_frame tf;
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    size_t before = tu_sink_count(sink);
+
+    (void)state;
+    tf_init(&tf);
+    tf_add_arg(&tf, XLA_FFI_DataType_F32, x, 1, dx);
+    tf_add_buffer(&tf, XLA_FFI_DataType_TOKEN, NULL, 0, NULL, NULL);
+    tf_add_u64(&tf, "callback_id", sink_id);
+    tf_add_i64(&tf, "ntapped", 1);
+    assert_int_equal(run(&tf, msg), 0);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(tu_sink_count(sink), before + 1);
+    assert_int_equal(last_nargs, 1);
+    assert_true(last_f32[1] == 7.5f);
+
+    /* two operands and a token in, one array and a token out */
+    tf_init(&tf);
+    tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, dx, NULL);
+    tf_add_arg(&tf, XLA_FFI_DataType_F32, x, 1, dx);
+    tf_add_buffer(&tf, XLA_FFI_DataType_TOKEN, NULL, 0, NULL, NULL);
+    tf_add_u64(&tf, "callback_id", sink_id);
+    tf_add_i64(&tf, "ntapped", 2);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    assert_string_equal(msg,
+                        "hcb_tap: 3 operands but 2 results; the results must "
+                        "alias the operands, or be the order token alone");
+}
+
+/* hcb_flush returns once the records the device submitted before it have
+ * been delivered: no barrier needed after it. */
+static void
+test_flush_returns_after_the_earlier_taps_ran(void **state)
+{
+    hcb__handler h = {&hcb__platform_cpu, rt};
+    float x[1] = {2.0f};
+    int64_t dx[1] = {1};
+    test_frame tf;
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    size_t before = tu_sink_count(sink);
+    int i;
+
+    (void)state;
+    sink->delay_us = 2000; /* a slow consumer: the flush must wait */
+    for (i = 0; i < 5; i++) {
+        tf_init(&tf);
+        tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, dx, NULL);
+        tf_add_u64(&tf, "callback_id", sink_id);
+        tf_add_i64(&tf, "ntapped", 1);
+        assert_int_equal(run(&tf, msg), 0);
+    }
+    tf_init(&tf);
+    tf_add_buffer(&tf, XLA_FFI_DataType_TOKEN, NULL, 0, NULL, NULL);
+    assert_int_equal(tf_error_code(hcb_ffi_run_ctx(&tf.frame, "hcb_flush", 0,
+                                                   hcb__flush_body, &h),
+                                   msg, sizeof msg),
+                     0);
+    assert_int_equal(tu_sink_count(sink), before + 5);
+    sink->delay_us = 0;
+}
+
 static void
 test_out_of_memory_is_an_error(void **state)
 {
@@ -294,6 +365,8 @@ main(void)
         cmocka_unit_test(test_answers_metadata_probe_with_0_3),
         cmocka_unit_test(test_good_frame_taps_and_aliases),
         cmocka_unit_test(test_order_tokens_are_skipped),
+        cmocka_unit_test(test_token_alone_as_the_result),
+        cmocka_unit_test(test_flush_returns_after_the_earlier_taps_ran),
         cmocka_unit_test(test_only_cpu_device_is_used_without_asking_xla),
         cmocka_unit_test(test_unaliased_result_is_copied),
         cmocka_unit_test(test_zero_operands),

@@ -524,6 +524,124 @@ test_a_device_waiting_for_room_names_the_backlog(void **state)
     free(book);
 }
 
+static int
+interrupt_after_3(void *user)
+{
+    atomic_int *calls = user;
+
+    return atomic_fetch_add(calls, 1) + 1 >= 3;
+}
+
+typedef struct flusher {
+    hcb_runtime *rt;
+    hcb_device device;
+    atomic_int done;
+    int rc;
+} flusher;
+
+static void *
+flush_thread(void *arg)
+{
+    flusher *f = arg;
+
+    f->rc = hcb_runtime_flush(f->rt, f->device, NULL);
+    atomic_store(&f->done, 1);
+    return NULL;
+}
+
+/* hcb_runtime_flush waits for the records its device submitted before it
+ * (not for other devices'), and the interrupt check stops it; the records
+ * are delivered all the same and the runtime goes on. */
+static void
+test_flush_waits_for_the_device_and_can_be_interrupted(void **state)
+{
+    hcb_runtime *rt = new_runtime(1 << 20);
+    gate *g = calloc(1, sizeof *g);
+    uint64_t id = register_gate(rt, g, 1);
+    flusher f = {rt, HCB_DEVICE(HCB_PLATFORM_CPU, 0), 0, -1};
+    atomic_int calls = 0;
+    hcb_error err;
+    pthread_t t;
+    int i;
+
+    (void)state;
+    /* nothing submitted: nothing to wait for */
+    assert_int_equal(hcb_runtime_flush(rt, f.device, NULL), HCB_OK);
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 0, 4), NULL),
+                     HCB_OK);
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 1, 4), NULL),
+                     HCB_OK);
+    wait_holding(g);
+    /* device 1 has nothing pending: its flush does not wait for device 0 */
+    assert_int_equal(
+        hcb_runtime_flush(rt, HCB_DEVICE(HCB_PLATFORM_CPU, 1), NULL), HCB_OK);
+    assert_int_equal(pthread_create(&t, NULL, flush_thread, &f), 0);
+    for (i = 0; i < 50; i++)
+        tu_sleep_us(1000);
+    assert_false(atomic_load(&f.done)); /* record 1 is still held */
+    atomic_store(&g->release, 1);
+    pthread_join(t, NULL);
+    assert_int_equal(f.rc, HCB_OK);
+    assert_int_equal(atomic_load(&g->total), 2);
+
+    /* interrupted: the check is called while it waits */
+    atomic_store(&g->release, 0);
+    g->hold = 2; /* as the consumer is idle: it reads `hold` after the push */
+    hcb_runtime_set_interrupt(rt, interrupt_after_3, &calls);
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 2, 4), NULL),
+                     HCB_OK);
+    wait_holding(g);
+    assert_int_equal(hcb_runtime_flush(rt, f.device, &err), HCB_ECALLBACK);
+    assert_non_null(strstr(err.message, "interrupted"));
+    assert_int_equal(atomic_load(&calls), 3);
+    hcb_runtime_set_interrupt(rt, NULL, NULL);
+    atomic_store(&g->release, 1);
+    assert_int_equal(hcb_runtime_flush(rt, f.device, NULL), HCB_OK);
+    assert_int_equal(atomic_load(&g->total), 3);
+    hcb_runtime_destroy(rt);
+    free(g);
+}
+
+/* A tap function that flushes its own device (a computation it runs in
+ * the consumer's thread) returns at once: it would wait for itself. */
+typedef struct self_flush {
+    hcb_runtime *rt;
+    atomic_int rc;
+} self_flush;
+
+static int
+self_flush_fn(void *user, hcb_record *rec, hcb_error *err)
+{
+    self_flush *s = user;
+
+    (void)err;
+    atomic_store(&s->rc,
+                 hcb_runtime_flush(s->rt, hcb_record_device(rec), NULL));
+    return 0;
+}
+
+static void
+test_flush_from_its_own_consumer_returns_at_once(void **state)
+{
+    hcb_runtime *rt = new_runtime(1 << 20);
+    self_flush s = {rt, -100};
+    hcb_tap_target t = HCB_TAP_TARGET_INIT;
+    uint64_t id = 0;
+
+    (void)state;
+    t.fn = self_flush_fn;
+    t.user = &s;
+    t.name = "self";
+    t.name_len = 4;
+    assert_int_equal(hcb_runtime_register_tap(rt, &t, &id, NULL), HCB_OK);
+    assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 0, 4), NULL),
+                     HCB_OK);
+    assert_int_equal(
+        hcb_runtime_flush(rt, HCB_DEVICE(HCB_PLATFORM_CPU, 0), NULL), HCB_OK);
+    assert_int_equal(atomic_load(&s.rc), HCB_OK);
+    hcb_runtime_destroy(rt);
+}
+
 /* A forked child gets a runtime of its own: its taps are delivered, its
  * barrier returns, the parent's pending taps are delivered by the parent
  * alone. */
@@ -983,6 +1101,9 @@ main(void)
         cmocka_unit_test(
             test_a_call_behind_a_stuck_tap_says_they_may_wait_for_each_other),
         cmocka_unit_test(test_a_device_waiting_for_room_names_the_backlog),
+        cmocka_unit_test(
+            test_flush_waits_for_the_device_and_can_be_interrupted),
+        cmocka_unit_test(test_flush_from_its_own_consumer_returns_at_once),
         cmocka_unit_test(test_fork_child_has_its_own_runtime),
         cmocka_unit_test(test_several_producers_one_device),
         cmocka_unit_test(test_devices_have_their_own_queues),

@@ -242,7 +242,7 @@ def test_jax_tqdm_legacy(name, expected, bar):
       result["stderr"])
 
 
-# ---- make bench's section 8 --------------------------------------------------
+# ---- make bench's section 9 --------------------------------------------------
 
 def test_bench_measures_every_workload_patched_and_unpatched():
   """bench/hcb_bench/clients.py, at its smoke size: every workload runs

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import io
+import re
 
 import jax
 import jax.numpy as jnp
@@ -306,11 +307,22 @@ def test_debug_flavor_taps(collect):
   assert [float(a) for a in collect.args] == [3.0]
 
 
-def test_outputs_alias_inputs_in_the_compiled_program():
-  hlo = jax.jit(lambda x: hcb.id_tap(lambda a, t: None, (x, x + 1))).lower(
-      jnp.ones(3)).as_text()
-  assert "output_operand_aliases" in hlo
+def test_the_program_goes_on_with_the_tapped_values_not_the_taps_results():
+  """The tap takes the tapped arrays and returns its order token alone: the
+  program computes with its own values (the same fusions and numbers as
+  without the tap), and nothing is aliased (which cost compile time
+  quadratic in the leaves).  A PURE tap, which XLA keeps only where its
+  results are used, still returns its operands."""
+  def f(x):
+    return hcb.id_tap(lambda a, t: None, (x, x + 1))
+  hlo = jax.jit(f).lower(jnp.ones(3)).as_text()
+  assert "output_operand_aliases" not in hlo
   assert "callback_id" in hlo and "ntapped" in hlo
+  assert re.search(r"stablehlo.custom_call @hcb_tap\(.*\) -> "
+                   r"!stablehlo.token\n", hlo), hlo
+  pure = jax.jit(lambda x: hcb.id_tap(
+      lambda a, t: None, x, callback_flavor=hcb.CallbackFlavor.PURE) + 1)
+  assert "output_operand_aliases" in pure.lower(jnp.ones(3)).as_text()
 
 
 def test_unused_tap_runs_inside_scan_with_no_outputs_at_all(collect):

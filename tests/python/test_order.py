@@ -309,3 +309,116 @@ def test_custom_vjp_rules_under_grad(log: Log) -> None:
   jax.jit(jax.grad(k))(1.0)
   hcb.barrier_wait()
   assert log.labels() == ["pre", "fwd", "bwd_g", "bwd_r"]
+
+
+# ---- a callback of every arity, then each kind of callback -------------------
+
+S32 = jax.ShapeDtypeStruct((), np.int32)
+F32 = jax.ShapeDtypeStruct((), np.float32)
+
+
+def _first(log: Log, arity: str, ordered: bool, x: Any) -> None:
+  """An io_callback of ``arity``: with or without operands, with or without
+  a result (the token of the callback after it follows its own operands
+  and results)."""
+  def fn(*args: Any) -> Any:
+    with log.lock:
+      log.events.append(("first", len(args)))
+    return np.int32(7) if "result" in arity else None
+  operands = (x,) if arity.startswith("operands") else ()
+  result = S32 if "result" in arity else None
+  hcb.io_callback(fn, result, *operands, ordered=ordered)
+
+
+class _Stream:
+  def __init__(self, log: Log) -> None:
+    self.log = log
+
+  def write(self, text: str) -> None:
+    del text
+    with self.log.lock:
+      self.log.events.append(("id_print", 1))
+
+
+def _next(log: Log, kind: str, x: Any) -> Any:
+  """One callback of ``kind`` on ``x``; returns what the program must use
+  (a pure callback's result), else None."""
+  def note(*args: Any) -> None:
+    with log.lock:
+      log.events.append((kind, len(args)))
+
+  if kind == "id_tap":
+    hcb.id_tap(lambda a, t: note(a), x)
+  elif kind == "id_print":
+    hcb.id_print(x, output_stream=_Stream(log))
+  elif kind == "call":
+    hcb.call(note, x)
+  elif kind == "io_callback":
+    hcb.io_callback(note, None, x)
+  elif kind == "pure_callback":
+    return hcb.pure_callback(lambda a: (note(a), a)[1], F32, x)
+  elif kind == "debug.callback":
+    hcb.debug.callback(note, x)
+  elif kind == "buffer_callback":
+    def fill(ctx: Any, out: Any, a: Any) -> None:
+      del ctx
+      note(a)
+      np.asarray(out)[...] = np.asarray(a)
+    hcb.buffer_callback(fill, F32, has_side_effect=True)(x)
+  else:
+    raise ValueError(kind)
+  return None
+
+
+NEXT_KINDS = ("id_tap", "id_print", "call", "io_callback", "pure_callback",
+              "debug.callback", "buffer_callback")
+ARITIES = ("no operands, a result", "operands, no result",
+           "no operands, no result", "operands and a result")
+
+
+@pytest.mark.parametrize("context", ["straight", "scan", "while", "cond"])
+@pytest.mark.parametrize("ordered", [False, True])
+@pytest.mark.parametrize("arity", ARITIES)
+def test_every_arity_then_every_kind_of_callback(log: Log, arity: str,
+                                                 ordered: bool,
+                                                 context: str) -> None:
+  """A callback with no operands (or no result) followed by another used to
+  hand the next one its first result where its token goes ("hcb_call:
+  result 0: unsupported buffer type token"): each kind of callback, right
+  after one of each arity, runs, in program order."""
+  def sequence(x: Any) -> Any:
+    used = jnp.float32(0)
+    for kind in NEXT_KINDS:
+      _first(log, arity, ordered, x)
+      out = _next(log, kind, x)
+      if out is not None:
+        used = used + out
+    return used
+
+  def f(x: Any) -> Any:
+    if context == "straight":
+      return sequence(x)
+    if context == "scan":
+      return jax.lax.scan(lambda c, _: (c + sequence(x), None), 0.0,
+                          None, length=2)[0]
+    if context == "while":
+      return jax.lax.while_loop(lambda c: c[0] < 2,
+                                lambda c: (c[0] + 1, c[1] + sequence(x)),
+                                (0, jnp.float32(0)))[1]
+    return jax.lax.cond(x > 0, sequence, lambda x: jnp.float32(0), x)
+
+  out = run(f, jnp.float32(1.5))
+  times = 2 if context in ("scan", "while") else 1
+  assert float(out) == 1.5 * times
+  nfirst = 1 if arity.startswith("operands") else 0
+  # A pure callback is not ordered (XLA may move or merge it: hoisted out
+  # of a loop, it runs once): it ran, and the others ran in program order
+  # around it.
+  want = []
+  for kind in NEXT_KINDS:
+    want.append(("first", nfirst))
+    if kind != "pure_callback":
+      want.append((kind, 1))
+  events = [e for e in log.events if e[0] != "pure_callback"]
+  assert events == want * times
+  assert 1 <= log.labels().count("pure_callback") <= times

@@ -1,0 +1,117 @@
+"""A callback never changes the numbers a program computes: the same bits
+with and without a tap, a print, a call or a progress bar (DESIGN.md
+section 3, "Do no harm").
+
+Two ways it used to: a tap returned its operands (aliased) and the program
+went on with those, so XLA could no longer fuse the tapped value's
+producer into its consumers (a multiply and an add fused into one
+contraction give other bits than the two rounded apart); and a barrier
+that ordered ``pmap``/``shard_map``'s body after the callbacks before it
+hid a constant operand from the compiler, which then computed with it at
+run time instead of folding it (XLA's run-time ``exp`` and its folded one
+differ in the last bit).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import host_callback as hcb
+from host_callback import debug
+from host_callback import progress
+
+_NULL = open(os.devnull, "w")  # noqa: SIM115  (for the whole session)
+
+
+def _callbacks() -> dict[str, Callable[[Any], None]]:
+  """One callback of each kind on a value (its results unused)."""
+  return {
+      "none": lambda v: None,
+      "id_tap": lambda v: hcb.id_tap(lambda a, t: None, v),
+      "id_tap result=": lambda v: hcb.id_tap(lambda a, t: None, v, result=v),
+      "id_print": lambda v: hcb.id_print(v, output_stream=_NULL),
+      "call": lambda v: hcb.call(lambda a: None, v),
+      "io_callback": lambda v: hcb.io_callback(lambda a: None, None, v),
+      "debug.print": lambda v: debug.print("{}", v, skip_format_check=True),
+      "debug.callback": lambda v: debug.callback(lambda a: None, v),
+  }
+
+
+def _bits(x: Any) -> np.ndarray:
+  return np.asarray(x).view(np.uint32)
+
+
+def _fusion_sensitive(tap: Callable[[Any], Any]) -> Callable[[Any], Any]:
+  """A multiply whose product an add consumes (fused, they are one
+  contraction), then reductions; ``tap`` sees the product.  A tap whose
+  result the program uses returns it."""
+  def f(x):
+    y = x * jnp.float32(1.1)
+    out = tap(y)
+    if out is not None:
+      y = out
+    z = (y + jnp.float32(0.3)) * x - jnp.float32(0.7)
+    return z, jnp.sum(z * z) * x[0] + jnp.sum(y)
+  return f
+
+
+@pytest.mark.parametrize("kind", list(_callbacks()))
+def test_same_bits_under_jit(kind: str) -> None:
+  x = jnp.linspace(0, 1, 1000, dtype=jnp.float32)
+  want = jax.jit(_fusion_sensitive(lambda v: None))(x)
+  tap = _callbacks()[kind]
+  # id_tap with result= returns its value: the program goes on with it.
+  uses = kind == "id_tap result="
+  got = jax.jit(_fusion_sensitive(tap if uses else lambda v: tap(v)))(x)
+  for w, g in zip(want, got):
+    np.testing.assert_array_equal(_bits(g), _bits(w))
+  hcb.barrier_wait()
+
+
+def test_same_bits_with_a_progress_bar_under_jit() -> None:
+  x = jnp.linspace(0, 1, 100, dtype=jnp.float32)
+
+  def loop(bar: bool):
+    def step(v, i):
+      return v * jnp.float32(1.1) + jnp.float32(0.3) * jnp.sin(v), None
+    if bar:
+      step = progress.scan_tqdm(50, file=io.StringIO())(step)
+    return jax.jit(lambda x: jax.lax.scan(step, x, jnp.arange(50))[0])
+
+  np.testing.assert_array_equal(_bits(loop(True)(x)), _bits(loop(False)(x)))
+
+
+def _pmap_loop(tap: Callable[[Any], None], bar: bool = False):
+  """A pmap'd loop over constants that XLA folds at compile time (exp,
+  tanh, log1p of a constant array): the numbers of the folded constants
+  are not those computed at run time."""
+  c = jnp.linspace(0.1, 2.0, 8, dtype=jnp.float32)
+
+  def body(v, i):
+    tap(i)
+    v = (v * jnp.exp(c * 0.37) + jnp.tanh(c + 0.3) * jnp.log1p(c) +
+         jnp.sum(jnp.exp(-c * v)) * 1e-3)
+    return v, None
+  if bar:
+    body = progress.scan_tqdm(20, file=io.StringIO())(body)
+  return jax.pmap(lambda v: jax.lax.scan(body, v * c, jnp.arange(20))[0])
+
+
+@pytest.mark.parametrize("kind", [*_callbacks(), "progress bar"])
+def test_same_bits_under_pmap(kind: str) -> None:
+  x = jnp.linspace(-1, 1, 32, dtype=jnp.float32).reshape(4, 8)
+  want = _pmap_loop(lambda i: None)(x)
+  if kind == "progress bar":
+    got = _pmap_loop(lambda i: None, bar=True)(x)
+  else:
+    tap = _callbacks()[kind]
+    got = _pmap_loop(lambda i: (tap(i), None)[1])(x)
+  np.testing.assert_array_equal(_bits(got), _bits(want))
+  hcb.barrier_wait()
