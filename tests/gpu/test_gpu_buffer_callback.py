@@ -302,17 +302,18 @@ def _raises(ctx, out, x):
     (lambda ctx, out, x: 1, "must not return any values"),
 ])
 def test_errors_fail_the_computation_as_on_cpu(gpu, cpu, callback, message):
+  # As JAX's buffer_callback: the computation fails, with the same message
+  # on both platforms, and that is all (barrier_wait raises nothing).
   def error_on(device):
     f = jax.jit(hcb.buffer_callback(callback, F32_4))
     with pytest.raises(jax.errors.JaxRuntimeError, match=message) as info:
       f(jax.device_put(jnp.ones(4), device)).block_until_ready()
-    with pytest.raises(hcb.CallbackException) as recorded:
-      hcb.barrier_wait()
-    return str(info.value), str(recorded.value)
+    hcb.barrier_wait()
+    return str(info.value)
 
-  (message_gpu, recorded_gpu), (_, recorded_cpu) = error_on(gpu), error_on(cpu)
-  assert "host_callback.buffer_callback: callback" in message_gpu
-  assert recorded_gpu.split("\n")[0] == recorded_cpu.split("\n")[0]
+  message_gpu, message_cpu = error_on(gpu), error_on(cpu)
+  assert "buffer_callback: callback" in message_gpu
+  assert message_gpu.split("\n")[0] == message_cpu.split("\n")[0]
 
 
 def test_vmap_sequential(gpu, cupy):

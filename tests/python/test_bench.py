@@ -60,11 +60,11 @@ def test_smoke_run_writes_results_and_plots(tmp_path):
   assert ("NOT MEASURED" in printing[0]) == (not hasattr(hcb, "id_print"))
 
   headings = [line for line in text.splitlines() if line.startswith("## ")]
-  for n in range(1, 9):
+  for n in range(1, 10):
     assert any(h.startswith(f"## {n}. ") for h in headings), headings
   # Without --clients-python (make bench passes .venv-clients'), the client
   # libraries' section says why it has no numbers.
-  clients = section(text, next(h for h in headings if h.startswith("## 8.")))
+  clients = section(text, next(h for h in headings if h.startswith("## 9.")))
   assert clients[0].startswith("Not measured: no clients environment"), clients
 
   # Every callback the harness counted ran: "run/expected" cells match.

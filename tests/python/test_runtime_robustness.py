@@ -124,7 +124,8 @@ def test_fork_child_exits_with_pending_taps_flushed():
 
 
 def test_ctrl_c_interrupts_barrier_wait_while_a_tap_runs():
-  # A tap sleeps 3 s; SIGINT comes 0.3 s into barrier_wait.
+  # A tap sleeps 3 s; SIGINT comes 0.3 s into barrier_wait, which must end
+  # then, while that tap function still runs (it has not returned yet).
   proc = run_python("""
       import os, signal, threading, time
       import jax
@@ -148,16 +149,16 @@ def test_ctrl_c_interrupts_barrier_wait_while_a_tap_runs():
         hcb.barrier_wait()
         print("no KeyboardInterrupt", flush=True)
       except KeyboardInterrupt:
-        print(f"latency {time.monotonic() - sent[0]:.3f}", flush=True)
+        print("interrupted with the tap still running:", 0 not in out,
+              flush=True)
       # the runtime goes on: later taps and barriers work
       f(2)
       hcb.barrier_wait()
       print("delivered", out, flush=True)
   """, timeout=60)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  latency = re.search(r"latency (\S+)", proc.stdout)
-  assert latency is not None, proc.stdout
-  assert float(latency.group(1)) < 0.5, proc.stdout
+  assert "interrupted with the tap still running: True" in proc.stdout, \
+      proc.stdout
   assert "delivered [1, 0, 2]" in proc.stdout, proc.stdout
 
 
@@ -187,12 +188,12 @@ def test_ctrl_c_interrupts_barrier_wait_while_devices_wait_on_a_full_queue():
         hcb.barrier_wait()
         print("no KeyboardInterrupt", flush=True)
       except KeyboardInterrupt:
-        print(f"latency {time.monotonic() - sent[0]:.3f}", flush=True)
+        print("interrupted", flush=True)
       os._exit(0)  # device 0 never finishes
   """, env=SMALL_QUEUE, timeout=60)
-  latency = re.search(r"latency (\S+)", proc.stdout)
-  assert latency is not None, (proc.stdout, proc.stderr[-3000:])
-  assert float(latency.group(1)) < 0.5, proc.stdout
+  # Device 0 never finishes: without the interrupt the barrier waits
+  # forever (the subprocess times out).
+  assert "interrupted" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
 
 
 def test_ctrl_c_ends_the_exit_flush_of_a_tap_that_never_returns():
@@ -212,12 +213,11 @@ def test_ctrl_c_ends_the_exit_flush_of_a_tap_that_never_returns():
     assert proc.stdout.readline() == "script end\n"
     time.sleep(0.5)  # into the at-exit flush
     proc.send_signal(signal.SIGINT)
-    sent = time.monotonic()
+    # The tap function never returns: without the interrupt the flush
+    # waits forever and this times out.
     _, err = proc.communicate(timeout=30)
-    took = time.monotonic() - sent
   finally:
     proc.kill()
-  assert took < 2, took
   assert proc.returncode == 0, err[-3000:]
   assert "exit interrupted: 1 queued taps are left undelivered" in err, err
 
@@ -290,23 +290,31 @@ def test_backpressure_releases_the_device_per_tap():
   proc = run_python("""
       import time, jax, jax.numpy as jnp, numpy as np
       import host_callback as hcb
+      delivered = [0]
       def tap(x, transforms):
         time.sleep(0.1)
+        delivered[0] += 1
       step = jax.jit(lambda x: hcb.id_tap(tap, x) + 1)
       x = jnp.zeros((1 << 18,), np.float32)
       step(x).block_until_ready()
       hcb.barrier_wait()
-      t = []
+      delivered[0] = 0
+      seen = []
       for i in range(45):
         x = step(x)
         x.block_until_ready()
-        t.append(time.monotonic())
+        seen.append(delivered[0])
       hcb.barrier_wait()
-      print("gap", max(t[i + 1] - t[i] for i in range(20, 44)), flush=True)
+      print("most taps delivered between two steps",
+            max(seen[i + 1] - seen[i] for i in range(20, 44)), flush=True)
   """, env=SMALL_QUEUE, timeout=120)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  gap = float(re.search(r"gap (\S+)", proc.stdout).group(1))
-  assert gap < 0.35, proc.stdout  # one tap is 0.1 s; a batch was ~1.5 s
+  most = int(re.search(r"between two steps (\d+)", proc.stdout).group(1))
+  # Once the queue is full, each step waits for room for its own tap: one
+  # tap delivered lets it go (a few more if this thread is slow to
+  # dispatch the next step).  A queue released only per batch the consumer
+  # took let about 15 through between two steps.
+  assert most <= 5, proc.stdout
 
 
 def test_multiprocessing_child_flushes_its_taps_when_it_ends():

@@ -28,7 +28,7 @@ def eight_schools(sigma, y=None):
     numpyro.sample("obs", dist.Normal(theta, sigma), obs=y)
 
 
-def _run(chain_method, progress_bar):
+def _sample(chain_method, progress_bar):
   mcmc = MCMC(NUTS(eight_schools), num_warmup=150, num_samples=150,
               num_chains=4, chain_method=chain_method,
               progress_bar=progress_bar)
@@ -39,14 +39,14 @@ def _run(chain_method, progress_bar):
 
 @case
 def parallel_chains_with_bars():
-  return _run("parallel", True)
+  return _sample("parallel", True)
 
 
 @case
 def parallel_chains_bars_against_none():
   """The bars change no number: the same samples as without them."""
-  with_bars = _run("parallel", True)
-  without = _run("parallel", False)
+  with_bars = _sample("parallel", True)
+  without = _sample("parallel", False)
   return {k: bool(jnp.array_equal(with_bars[k], without[k]))
           for k in with_bars}
 
