@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
+import jax
 import numpy as np
 
 from host_callback import _devices
