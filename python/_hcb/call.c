@@ -32,7 +32,7 @@
 
 /* How many call (or buffer_callback) functions this thread is inside of:
  * their computation cannot finish before they return, so barrier_wait must
- * not wait for it (host_callback/_runtime.py). */
+ * not wait for it (host_callback/_probes.py). */
 static _Thread_local int in_call;
 
 void

@@ -35,7 +35,7 @@
  *   B. the GIL      taken by consumer and XLA threads to run Python targets
  *                   (bridge.c, hcb_py_gil_ensure), released around every
  *                   blocking wait.  Python code that runs under it may take
- *                   host_callback's own threading locks (_runtime.py), which
+ *                   host_callback's own threading lock (_state.py), which
  *                   come after it.
  *   C. table.mu     (lifetime.c, process-wide) the table of Python targets by
  *                   id and the generation counter of wait_unused.  A leaf:
@@ -94,7 +94,7 @@ typedef enum {
     HCB_PY_PRINT
 } hcb_py_kind;
 
-/* The fields of a tap site (host_callback._runtime.TapSite), read by name
+/* The fields of a tap site (host_callback._sites.TapSite), read by name
  * once, at registration, so that a delivery reads no Python attribute.
  * The objects are borrowed from the site (a NamedTuple, which holds them as
  * its items) and valid while the target keeps its site. */
@@ -109,7 +109,7 @@ typedef struct hcb_py_tap_fields {
  * itself lives for the rest of the process (the runtime's registry keeps
  * its address), but its Python references are dropped by
  * hcb_py_target_release once no compiled program embeds its id and no
- * record for it is queued (host_callback/_runtime.py decides when): a
+ * record for it is queued (host_callback/_registry.py decides when): a
  * released target reports an error instead of calling anything.  `site`,
  * `busy` and `release_pending` are read and written with the GIL held. */
 typedef struct hcb_py_target {
@@ -126,7 +126,7 @@ typedef struct hcb_py_target {
 } hcb_py_target;
 
 /* A Python call target (call.c), likewise kept for the process.  `base`
- * holds the module, state, site (a host_callback._runtime.CallSite) and
+ * holds the module, state, site (a host_callback._sites.CallSite) and
  * name; the fields below are read from the site by name at registration
  * (hcb_py_call_site_read), the objects borrowed from it. */
 typedef struct hcb_py_call_target {

@@ -10,7 +10,7 @@
  * "hcb_call" and "hcb_sharded_check" get an instantiate handler here that
  * takes one hold on the Python target of their callback_id; the state's
  * deleter drops it.  A target with no hold is in no live executable and in
- * no running computation: host_callback/_runtime.py releases it then, once
+ * no running computation: host_callback/_registry.py releases it then, once
  * nothing in Python holds its site either and the records queued for it
  * have been delivered (hcb_py_target_release).
  *

@@ -176,7 +176,7 @@ static const handler_entry cpu_handlers[] = {
 /* The CUDA handlers count no holds: the hold's state type would have to be
  * registered with the CUDA plugin's own FFI type registry (through PJRT),
  * which is not known to take it.  A site of a GPU program is kept alive by
- * the lowering's keepalive instead (host_callback/_runtime.py). */
+ * the lowering's keepalive instead (host_callback/_registry.py). */
 static const handler_entry cuda_handlers[] = {
     {"hcb_tap", hcb_ffi_tap_cuda, 0},
     {"hcb_call", hcb_ffi_call_cuda, 0},

@@ -3,7 +3,7 @@
  * and buffer_callback sites (and C functions given by address) as runtime
  * targets, the module's table of live Python targets, and release(), which
  * drops a target's Python references once no compiled program can reach it
- * (host_callback/_runtime.py decides when; lifetime.c counts the holds).
+ * (host_callback/_registry.py decides when; lifetime.c counts the holds).
  * id_print's target is registered by register_print (print.c) through the
  * same functions.
  */
@@ -83,7 +83,7 @@ hcb_py_target_registered(hcb_py_target *t, int rc, uint64_t id,
 
 /* release(id) -> bool: drops the Python references of the Python target
  * `id` (now, or when its running deliveries return); False when `id` is no
- * live Python target.  Called by host_callback/_runtime.py once no compiled
+ * live Python target.  Called by host_callback/_registry.py once no compiled
  * program embeds the id and every record queued for it was delivered. */
 PyObject *
 hcb_py_release(PyObject *module, PyObject *arg)

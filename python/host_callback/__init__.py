@@ -45,9 +45,9 @@ from host_callback._patch import install_legacy_module
 from host_callback._patch import patch_jax
 from host_callback._patch import uninstall_legacy_module
 from host_callback._patch import unpatch_jax
-from host_callback._runtime import barrier_wait
+from host_callback._barrier import barrier_wait
+from host_callback._barrier import stop_outfeed_receiver
 from host_callback._runtime import stats
-from host_callback._runtime import stop_outfeed_receiver
 from host_callback._tap import id_print
 from host_callback._tap import id_tap
 from host_callback._types import CallbackException

@@ -31,6 +31,7 @@ from host_callback import _hcb
 from host_callback import _lowering
 from host_callback import _native
 from host_callback import _runtime
+from host_callback import _sites
 from host_callback._native import NativeCallback
 from host_callback._types import CallbackFlavor
 
@@ -94,14 +95,14 @@ class BufferSite(NamedTuple):
   context_type: type[ExecutionContext]
 
   @property
-  def jax_error_log(self) -> _runtime.JaxErrorLog:
+  def jax_error_log(self) -> _sites.JaxErrorLog:
     """A failure is JAX's buffer_callback's: the computation fails with it,
     nothing is logged or kept for barrier_wait."""
-    return _runtime.JaxErrorLog(None, "", keep=False)
+    return _sites.JaxErrorLog(None, "", keep=False)
 
   def register(self) -> int:
     return _hcb.register_buffer_callback(
-        site=self, name=_runtime.callable_name(self.callback))
+        site=self, name=_sites.callable_name(self.callback))
 
 
 buffer_callback_p = Primitive("hcb_buffer_callback")
@@ -157,7 +158,7 @@ def _batching_rule(args: Sequence[Any], dims: Sequence[Any], *,
 
   aliased = frozenset(i for i, _ in params["input_output_aliases"])
   site = params["site"]
-  name = _runtime.callable_name(
+  name = _sites.callable_name(
       site if isinstance(site, NativeCallback) else site.callback)
   return _batching.batch_by_method(
       args, dims, vmap_method=params["vmap_method"],
@@ -292,7 +293,7 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
   flavor = (CallbackFlavor.IO_CALLBACK if has_side_effect
             else CallbackFlavor.PURE)
   func = (callback if isinstance(callback, NativeCallback)
-          else _runtime.hashable_callable(callback))
+          else _sites.hashable_callable(callback))
 
   def wrapped(*args: Any, **kwargs: Any) -> Any:
     flat_args, in_treedef = jax.tree_util.tree_flatten((args, kwargs))

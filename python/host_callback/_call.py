@@ -27,13 +27,15 @@ from host_callback import _args
 from host_callback import _batching
 from host_callback import _config
 from host_callback import _containers
+from host_callback import _devices
 from host_callback import _hcb
 from host_callback import _leaves
 from host_callback import _lowering
 from host_callback import _native
 from host_callback import _runtime
+from host_callback import _sites
 from host_callback._native import NativeCallback
-from host_callback._runtime import CallSite
+from host_callback._sites import CallSite
 from host_callback._types import CallbackFlavor
 
 call_p = Primitive("hcb_call")
@@ -42,12 +44,12 @@ call_p.multiple_results = True
 
 
 def _name(site: CallSite) -> str:
-  return _runtime.callable_name(site.func)
+  return _sites.callable_name(site.func)
 
 
 def _call_impl(*args: Any, site: CallSite, **params: Any) -> Any:
   return _runtime.apply_eagerly(call_p, *args,
-                                site=_runtime.eager_site(site), **params)
+                                site=_sites.eager_site(site), **params)
 
 
 def _call_abstract_eval(*avals: Any, site: CallSite, device_index: int,
@@ -120,7 +122,7 @@ def _call_batching(args: Sequence[Any], dims: Sequence[Any], *,
         "vmap_method=None.")
 
   if not _leaves.any_tracer(args):  # an eager vmap: calls are eager
-    site = _runtime.eager_site(site)
+    site = _sites.eager_site(site)
 
   def bind_batched(batched_args: list[Any], size: int) -> Sequence[Any]:
     batched = site._replace(result_avals=tuple(
@@ -272,7 +274,7 @@ def bind(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
                                       call_with_device)
   if vmap_method != "legacy_vectorized" or api != "pure_callback":
     _batching.check_vmap_method(vmap_method)
-  device_index = _runtime.checked_device_index(device_index,
+  device_index = _devices.checked_device_index(device_index,
                                                "host_callback.call")
   if callback_flavor is CallbackFlavor.DEBUG and result_shape is not None:
     raise NotImplementedError(
@@ -285,7 +287,7 @@ def bind(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
   result_treedef, result_avals = _declared_results(result_shape)
   narrow = jax.dtypes.canonicalize_dtype(np.float64) != np.float64
   site = CallSite(callback_func if isinstance(callback_func, NativeCallback)
-                  else _runtime.hashable_callable(callback_func), arg_treedef,
+                  else _sites.hashable_callable(callback_func), arg_treedef,
                   result_treedef, result_avals, bool(call_with_device),
                   bool(narrow), "host_callback.call" if api == "call" else api)
 
@@ -294,7 +296,7 @@ def bind(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
     value = arg_treedef.unflatten([np.asarray(x) for x in sent])
     if call_with_device:
       result = callback_func(value,
-                             device=_runtime.inline_device(
+                             device=_devices.inline_device(
                                  device_index, "host_callback.call"))
     else:
       result = callback_func(value)

@@ -38,7 +38,7 @@ import jax
 import numpy as np
 
 from host_callback import _call
-from host_callback import _runtime
+from host_callback import _sites
 from host_callback._types import CallbackFlavor
 
 _VMAP_METHODS = ["sequential", "sequential_unrolled", "expand_dims",
@@ -91,19 +91,19 @@ class _FlatCallback:
     return leaves[0] if self.one_result and len(leaves) == 1 else leaves
 
   def __hash__(self) -> int:
-    return hash((_runtime.hash_key(self.callback), self.in_tree,
+    return hash((_sites.hash_key(self.callback), self.in_tree,
                  self.one_result, self.as_jax))
 
   def __eq__(self, other: object) -> bool:
     # == rather than is: a bound method is a new object each time.
     return (isinstance(other, _FlatCallback) and
-            _runtime.hash_key(other.callback) == _runtime.hash_key(self.callback) and
+            _sites.hash_key(other.callback) == _sites.hash_key(self.callback) and
             other.in_tree == self.in_tree and
             other.one_result == self.one_result and
             other.as_jax == self.as_jax)
 
   def __repr__(self) -> str:
-    return _runtime.callable_name(self.callback)
+    return _sites.callable_name(self.callback)
 
 
 class _EagerFlatCallback(_FlatCallback):
@@ -165,8 +165,8 @@ def _bind(api: str, callback: Callable[..., Any], result_shape_dtypes: Any,
   flat_args, in_tree = jax.tree_util.tree_flatten((args, kwargs))
   flat_results, out_tree = _result_shapes(result_shape_dtypes)
   one = len(flat_results) == 1
-  outs = _call.bind(_runtime.hashable_callable(_FlatCallback(callback,
-                                                              in_tree, one)),
+  outs = _call.bind(_sites.hashable_callable(_FlatCallback(callback,
+                                                            in_tree, one)),
                     flat_args, result_shape=flat_results[0] if one else
                     flat_results,
                     call_with_device=False,

@@ -22,8 +22,8 @@ from typing_extensions import CapsuleType
 
 from host_callback._buffer import BufferSite
 from host_callback._print import PrintNode, PrintOptions
-from host_callback._runtime import CallSite
-from host_callback._runtime import TapSite
+from host_callback._sites import CallSite
+from host_callback._sites import TapSite
 
 # The runtime's version, "MAJOR.MINOR.PATCH" (hcb_version_string()).
 version: str

@@ -76,7 +76,7 @@ def output_runtime_tokens() -> list[Any]:
   ``output_runtime_tokens`` dict {device: token with block_until_ready()}:
   ``jax.effects_barrier`` waits for them, but only in the thread that
   dispatched.  A callback's id is released by another thread, which waits
-  for the computations its last program had started (_runtime.py).
+  for the computations its last program had started (_registry.py).
   JAX 0.10-0.12.
   """
   return list(_dispatch.runtime_tokens.output_runtime_tokens.values())

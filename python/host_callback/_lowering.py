@@ -39,10 +39,11 @@ from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import mlir
 
 from host_callback import _hcb
+from host_callback import _errors
 from host_callback import _jax
 from host_callback import _order
 from host_callback import _pacing
-from host_callback import _runtime
+from host_callback import _registry
 
 # The platforms (as JAX's lowering names them) host_callback lowers for.
 PLATFORMS = ("cpu", "cuda")
@@ -141,8 +142,8 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
   out_avals = ctx.avals_out
   # No custom call carries the id here: JAX keeps run_on_device with the
   # runtime executable, so holding the site's registration in it keeps the
-  # id for exactly as long (_runtime.py, lifetime).
-  registration = _runtime.registration_of(callback_id)
+  # id for exactly as long (_registry.py, the life of a site's id).
+  registration = _registry.registration_of(callback_id)
 
   def run_on_device(device_ordinal: Any, *arrays: Any,
                     _holds: Any = registration) -> Sequence[Any]:
@@ -157,7 +158,7 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
           # sharding in the partitioner).
           _hcb.flush(key)
       except Exception as exc:  # for barrier_wait, never for one device
-        _runtime.tap_not_queued(what, key, exc)
+        _errors.tap_not_queued(what, key, exc)
       return ()
     outs = tuple(np.zeros(a.shape, a.dtype) for a in out_avals)
     # A failure is parked and raised by every device (hcb_sharded_check

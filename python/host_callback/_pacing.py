@@ -28,7 +28,7 @@ import threading
 from typing import Any, Callable, Sequence
 
 from host_callback import _jax
-from host_callback import _runtime
+from host_callback import _probes
 
 # Paced programs in flight at most (XLA's CPU client allows 32 per device).
 MAX_IN_FLIGHT = 8
@@ -93,7 +93,7 @@ class _PacedCall:
     oldest = _pending.add(_jax.output_runtime_tokens())
     # Inside a callback of a running computation, waiting could wait for
     # that computation itself.
-    if oldest is not None and not _runtime._in_device_callback():
+    if oldest is not None and not _probes.in_device_callback():
       for token in oldest:
         try:
           token.block_until_ready()

@@ -269,12 +269,12 @@ def fill_legacy_module(module: types.ModuleType) -> None:
   """Makes ``module`` host_callback's ``jax.experimental.host_callback``:
   the removed module's public API (``LEGACY_API``), host_callback's
   objects."""
+  from host_callback import _barrier
   from host_callback import _call
-  from host_callback import _runtime
   from host_callback import _tap
   from host_callback import _types
-  home = {"barrier_wait": _runtime, "call": _call, "id_print": _tap,
-          "id_tap": _tap, "stop_outfeed_receiver": _runtime,
+  home = {"barrier_wait": _barrier, "call": _call, "id_print": _tap,
+          "id_tap": _tap, "stop_outfeed_receiver": _barrier,
           "CallbackException": _types, "CallbackFlavor": _types,
           "TapFunctionException": _types}
   module.__doc__ = (

@@ -41,9 +41,10 @@ from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 import jax
 import numpy as np
 
+from host_callback import _devices
 from host_callback import _hcb
 from host_callback import _leaves
-from host_callback import _runtime
+from host_callback import _sites
 from host_callback._types import CallbackFlavor
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ class Printer:
     # write nothing more, rather than one error per tap.
     self.broken = False
     self._key = (self.kwargs, self.threshold, id(output_stream), dtypes,
-                 tuple((k, _runtime.hash_key(v))
+                 tuple((k, _sites.hash_key(v))
                        for k, v in sorted(self.numpy_options.items())))
 
   def __hash__(self) -> int:
@@ -250,7 +251,7 @@ class Printer:
 
   # ---- the C path ------------------------------------------------------------
 
-  def register_tap_site(self, site: _runtime.TapSite) -> int:
+  def register_tap_site(self, site: _sites.TapSite) -> int:
     """Registers ``site`` (whose func is this printer) with the runtime:
     as a C print target when its layout is fixed and the C printer prints
     its dtypes, else as a Python tap."""
@@ -265,7 +266,7 @@ class Printer:
       return _hcb.register_tap(site=site, name="id_print")
     return target
 
-  def _register_print(self, site: _runtime.TapSite,
+  def _register_print(self, site: _sites.TapSite,
                       nodes: list[PrintNode]) -> int | None:
     """The id of the C target of ``site``, or None when the C printer does
     not print one of the value's dtypes."""
@@ -275,8 +276,8 @@ class Printer:
     split = pairs.index("device: ") + 1 if site.with_device else len(pairs)
     before = " ".join(pairs[:split])
     after = "".join(" " + p for p in pairs[split:])
-    devices = {_runtime.device_key(d): str(d)
-               for d in _runtime.keyed_devices()}
+    devices = {_devices.device_key(d): str(d)
+               for d in _devices.keyed_devices()}
     assert self.options is not None
     assert not isinstance(self.output_stream, logging.Logger)
     return _hcb.register_print(site=site, name="id_print", nodes=nodes,

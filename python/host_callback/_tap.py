@@ -42,12 +42,14 @@ from jax.interpreters import mlir
 from host_callback import _args
 from host_callback import _config
 from host_callback import _containers
+from host_callback import _devices
 from host_callback import _jax
 from host_callback import _leaves
 from host_callback import _lowering
 from host_callback import _native
 from host_callback import _print
 from host_callback import _runtime
+from host_callback import _sites
 from host_callback._native import NativeTap
 from host_callback._types import CallbackFlavor
 
@@ -58,8 +60,8 @@ tap_p = Primitive("hcb_tap")
 tap_p.multiple_results = True
 
 
-def _tap_impl(*args: Any, site: _runtime.TapSite, **params: Any) -> Any:
-  return _jax.apply_primitive(tap_p, *args, site=_runtime.eager_site(site),
+def _tap_impl(*args: Any, site: _sites.TapSite, **params: Any) -> Any:
+  return _jax.apply_primitive(tap_p, *args, site=_sites.eager_site(site),
                               **params)
 
 
@@ -74,7 +76,7 @@ _differentiated = DifferentiatedTapEffect()
 _jax.allow_effect_everywhere(DifferentiatedTapEffect)
 
 
-def _tap_abstract_eval(*avals: Any, site: _runtime.TapSite, ntapped: int,
+def _tap_abstract_eval(*avals: Any, site: _sites.TapSite, ntapped: int,
                        device_index: int, flavor: CallbackFlavor,
                        differentiated: bool, deliver: bool) -> Any:
   del site, ntapped, device_index, deliver
@@ -84,7 +86,7 @@ def _tap_abstract_eval(*avals: Any, site: _runtime.TapSite, ntapped: int,
 
 
 def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
-                  site: _runtime.TapSite, ntapped: int, device_index: int,
+                  site: _sites.TapSite, ntapped: int, device_index: int,
                   flavor: CallbackFlavor, differentiated: bool,
                   deliver: bool) -> Any:
   del differentiated
@@ -112,7 +114,7 @@ def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
   return list(args)
 
 
-def _tap_batching(args: Any, dims: Any, *, site: _runtime.TapSite,
+def _tap_batching(args: Any, dims: Any, *, site: _sites.TapSite,
                   ntapped: int, **params: Any) -> tuple[Any, Any]:
   if getattr(site.func, "partitioned", False):
     # jax.debug's partitioned callback (debug.py) is batched as JAX batches
@@ -142,7 +144,7 @@ def _tap_jvp(primals: Any, tangents: Any, *, differentiated: bool,
   return tap_p.bind(*primals, differentiated=True, **params), list(tangents)
 
 
-def _tap_transpose(cts: Any, *args: Any, site: _runtime.TapSite,
+def _tap_transpose(cts: Any, *args: Any, site: _sites.TapSite,
                    differentiated: bool, **params: Any) -> list[Any]:
   del differentiated
   cts = [ad.instantiate_zeros(ct) for ct in cts]
@@ -214,14 +216,14 @@ _containers.mark_for_partial_eval(tap_p, _mark_differentiated)
 
 # ---- the API ----------------------------------------------------------------
 
-def _tap_inline(site: _runtime.TapSite, leaves: list[Any],
+def _tap_inline(site: _sites.TapSite, leaves: list[Any],
                 device_index: int) -> None:
   func = site.func
   assert not isinstance(func, NativeTap), "a native tap never runs inline"
   value = site.treedef.unflatten([np.asarray(x) for x in leaves])
   if site.with_device:
     func(value, site.transforms,
-         device=_runtime.inline_device(device_index, "id_tap"))
+         device=_devices.inline_device(device_index, "id_tap"))
   else:
     func(value, site.transforms)
 
@@ -315,12 +317,12 @@ def tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger, arg: Any,
     _args.check_callable("id_tap", "tap_func", tap_func)
   _args.check_flavor("id_tap", callback_flavor)
 
-  device_index = _runtime.checked_device_index(device_index, "id_tap")
+  device_index = _devices.checked_device_index(device_index, "id_tap")
   leaves, treedef = _leaves.flatten(arg, "id_tap")
   tapped = _leaves.key_data_of_keys(leaves)
-  site = _runtime.TapSite(tap_func if isinstance(tap_func, NativeTap) else
-                          _runtime.hashable_callable(tap_func), treedef,
-                          _runtime.Transforms(), bool(tap_with_device))
+  site = _sites.TapSite(tap_func if isinstance(tap_func, NativeTap) else
+                        _sites.hashable_callable(tap_func), treedef,
+                        _sites.Transforms(), bool(tap_with_device))
 
   if result is not None:
     res_leaves, res_treedef = _leaves.flatten(result, "id_tap")
@@ -384,7 +386,7 @@ def id_print(arg: Any, *, result: Any = None, tap_with_device: bool = False,
   tap_with_device = _args.check_bool("id_print", "tap_with_device",
                                      tap_with_device)
   _args.check_flavor("id_print", callback_flavor)
-  device_index = _runtime.checked_device_index(device_index, "id_print")
+  device_index = _devices.checked_device_index(device_index, "id_print")
   leaves, _ = _leaves.tree_flatten(arg, "id_print")
   printer = _print.Printer(kwargs, output_stream, threshold,
                            tuple(map(_print._dtype_code, leaves)))

@@ -86,10 +86,11 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 import numpy as np
 
+from host_callback import _barrier
 from host_callback import _hcb
 from host_callback import _leaves
 from host_callback import _print as _id_print
-from host_callback import _runtime
+from host_callback import _sites
 from host_callback import _tap
 from host_callback._types import CallbackFlavor
 
@@ -193,7 +194,7 @@ class _DebugTap:
 
   # An exception in the function is logged as JAX logs its debug
   # callbacks' (and kept for barrier_wait: the computation goes on).
-  jax_error_log = _runtime.JaxErrorLog(_LOG.name, _FAILED, keep=True)
+  jax_error_log = _sites.JaxErrorLog(_LOG.name, _FAILED, keep=True)
 
   def __init__(self, func: Callable[..., Any], in_tree: Any,
                static: tuple[tuple[int, Any], ...], with_device: bool,
@@ -214,13 +215,13 @@ class _DebugTap:
     # Bound eagerly (an eager vmap): the function gets jax.Arrays, typed
     # keys as keys, as JAX's eager debug callbacks do (eager_variant).
     self.as_jax = as_jax
-    self._key = (_runtime.hash_key(func), in_tree,
-                 tuple((i, _runtime.hash_key(v)) for i, v in static),
+    self._key = (_sites.hash_key(func), in_tree,
+                 tuple((i, _sites.hash_key(v)) for i, v in static),
                  with_device, layout, partitioned, key_impls, as_jax)
 
   def eager_variant(self) -> _DebugTap:
     """This tap as an eager bind makes it (the impl rule of the ``hcb_tap``
-    primitive asks for it; see ``_runtime.eager_site``)."""
+    primitive asks for it; see ``_sites.eager_site``)."""
     return _DebugTap(self.func, self.in_tree, self.static, self.with_device,
                      self.layout, self.partitioned, self.key_impls,
                      as_jax=True)
@@ -251,7 +252,7 @@ class _DebugTap:
     else:
       self.func(*args, **kwargs)
 
-  def register_tap_site(self, site: _runtime.TapSite) -> int:
+  def register_tap_site(self, site: _sites.TapSite) -> int:
     """Registers ``site`` (whose func is this tap): a debug.print with a C
     layout, untransformed, is id_print's C target (``_hcb.register_print``)
     when libhcb prints its dtypes; anything else a Python tap."""
@@ -269,7 +270,7 @@ class _DebugTap:
     if isinstance(self.func, _Print):
       _print_paths["python" if target is None else "c"] += 1
     if target is None:
-      return _hcb.register_tap(site=site, name=_runtime.callable_name(self))
+      return _hcb.register_tap(site=site, name=_sites.callable_name(self))
     return target
 
   def __hash__(self) -> int:
@@ -279,7 +280,7 @@ class _DebugTap:
     return isinstance(other, _DebugTap) and other._key == self._key
 
   def __repr__(self) -> str:
-    return _runtime.callable_name(self.func)
+    return _sites.callable_name(self.func)
 
 
 def _as_jax_arrays(leaves: Sequence[Any], key_impls: tuple[Any, ...]
@@ -326,8 +327,8 @@ def _issue(func: Callable[..., Any], args: tuple[Any, ...],
     # issued before (program order).
     device = next((d for x in leaves for d in x.devices()),
                   jax.local_devices()[0])
-    _runtime.wait_before_eager_callback(device)
-    with _runtime.eager_callback_context():
+    _barrier.wait_before_eager_callback(device)
+    with _barrier.eager_callback_context():
       _call_eagerly(tap, leaves, device if with_device else None)
     return
   if layout is not None:
@@ -455,7 +456,7 @@ class _Print:
     self.record = (None if log is None else _LOG.makeRecord(
         _LOG.name, logging.INFO, log[0], log[1], "", (), None))
     self._key = (fmt, has_placeholders, as_jax, log,
-                 tuple((k, _runtime.hash_key(v))
+                 tuple((k, _sites.hash_key(v))
                        for k, v in sorted(self.np_printoptions.items())))
 
   def __call__(self, *args: Any, **kwargs: Any) -> None:

@@ -65,7 +65,7 @@ import numpy as np
 from jax import lax
 
 from host_callback import _args
-from host_callback import _runtime
+from host_callback import _barrier
 from host_callback._tap import tap
 
 __all__ = ["PBar", "loop_tqdm", "scan_tqdm", "while_loop"]
@@ -181,7 +181,7 @@ def _watch_barrier() -> Callable[[], None]:
   return _registry.close_all
 
 
-_runtime.watch_barriers(_watch_barrier)
+_barrier.watch_barriers(_watch_barrier)
 
 
 def _elements(arrays: tuple[np.ndarray, ...], transforms: Any

@@ -60,7 +60,7 @@ def _blocked_computations(gate: threading.Event) -> dict[str, Callable[[], Any]]
 @pytest.mark.parametrize("kind", ["pmap", "shard_map",
                                   "jit over sharded operands"])
 def test_barrier_waits_for_a_computation_still_running(kind, waiter):
-  """What barrier_wait relies on (see _runtime._wait_for_devices): its
+  """What barrier_wait relies on (see _probes.wait_for_devices): its
   probes finish only after the multi-device computations dispatched before
   them.  One whose call blocks must hold the barrier.  (A one-device
   computation like this one runs in the thread that dispatches it: it is

@@ -433,19 +433,19 @@ def test_native_tap_on_cpu_still_runs(native):
 # ---- devices -----------------------------------------------------------------
 
 def test_device_keys_name_the_platform():
-  from host_callback import _runtime
+  from host_callback import _devices
   for dev in jax.devices("cpu"):
-    key = _runtime.device_key(dev)
-    assert key >> 32 == 0 and _runtime._device_for_key(key) is dev
-  cuda = _runtime._local_cuda_devices()
+    key = _devices.device_key(dev)
+    assert key >> 32 == 0 and _devices.device_for_key(key) is dev
+  cuda = _devices.local_cuda_devices()
   if not cuda:
     # A CUDA key finds no device on a machine without one.
     with pytest.raises(LookupError, match="platform 1 ordinal 0"):
-      _runtime._device_for_key((1 << 32) | 0)
+      _devices.device_for_key((1 << 32) | 0)
   for dev in cuda:
-    key = _runtime.device_key(dev)
+    key = _devices.device_key(dev)
     assert key == (1 << 32) | dev.local_hardware_id
-    assert _runtime._device_for_key(key) is dev
+    assert _devices.device_for_key(key) is dev
 
 
 def test_cuda_registration_survives_a_missing_cuda_runtime():
@@ -455,11 +455,12 @@ def test_cuda_registration_survives_a_missing_cuda_runtime():
   done = run_python("""
       import logging, jax, jax.numpy as jnp
       import host_callback as hcb
-      from host_callback import _runtime
+      from host_callback import _handlers
+      from host_callback._state import state
       jax.jit(lambda x: hcb.id_tap(lambda a, t: None, x))(jnp.ones(2))
       hcb.barrier_wait()
-      assert _runtime._state.cuda_devices == [], _runtime._state.cuda_devices
-      path = _runtime._cudart_path()
+      assert state.cuda_devices == [], state.cuda_devices
+      path = _handlers.cudart_path()
       assert path is None or path.endswith(("libcudart.so.13",
                                             "libcudart.so.12")), path
       records = []
@@ -467,7 +468,7 @@ def test_cuda_registration_survives_a_missing_cuda_runtime():
         def emit(self, record):
           records.append(record.getMessage())
       logging.getLogger("host_callback").addHandler(Keep())
-      _runtime._register_cuda_handlers()
+      _handlers.register_cuda_handlers()
       print("warned" if any("CUDA runtime could not be loaded" in r
                             for r in records) else "loaded")
       """, env={"LD_LIBRARY_PATH": "", "JAX_PLATFORMS": "cpu"})
@@ -484,5 +485,5 @@ def _runtime_has_no_cudart() -> bool:
       return False
     except OSError:
       pass
-  from host_callback import _runtime
-  return _runtime._cudart_path() is None
+  from host_callback import _handlers
+  return _handlers.cudart_path() is None

@@ -192,13 +192,13 @@ def test_a_malformed_pinned_pool_size_is_refused_where_the_pool_is_set_up():
   done = run_python("""
       import jax
       import host_callback as hcb
-      from host_callback import _runtime
+      from host_callback import _handlers
       seen = []
       jax.jit(lambda x: hcb.id_tap(lambda a, t: seen.append(int(a)), x))(3)
       hcb.barrier_wait()
       print("taps", seen, flush=True)
       try:
-        _runtime._register_cuda_handlers()
+        _handlers.register_cuda_handlers()
       except ValueError as e:
         print("error:", e, flush=True)
       """, env={"HOST_CALLBACK_CUDA_PINNED_BYTE_SIZE": "lots"})
