@@ -77,9 +77,8 @@ def tap_not_queued(what: str, device_key: int, exc: Exception) -> None:
 
 def _report_as_jax(log: JaxErrorLog, exc: BaseException, raised: bool) -> str:
   """Reports a drop-in's error as JAX does (see :func:`on_callback_error`)
-  and returns its formatted traceback."""
-  formatted = "".join(
-      traceback.format_exception(type(exc), exc, exc.__traceback__))
+  and returns its formatted traceback (:func:`_jax_traceback`)."""
+  formatted = _jax_traceback(exc)
   if raised and log.logger is not None:
     logging.getLogger(log.logger).error(
         log.message, exc_info=(type(exc), exc, exc.__traceback__))
@@ -91,6 +90,24 @@ def _report_as_jax(log: JaxErrorLog, exc: BaseException, raised: bool) -> str:
       # leaves this many out.
       state.reported_errors += 1
   return formatted
+
+
+def _jax_traceback(exc: BaseException) -> str:
+  """``exc``'s traceback as the text of JAX's error carries it: the line of
+  the exception names its type by its ``__name__`` alone, as jaxlib's
+  (CPython's type name), not module-qualified as Python's ``traceback``
+  does (``_EquinoxRuntimeError: ...``, not
+  ``equinox._errors._EquinoxRuntimeError: ...``): a program that reads the
+  error's text reads the same line."""
+  lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+  kind = type(exc)
+  qualified = f"{kind.__module__}.{kind.__qualname__}"
+  if kind.__module__ not in ("builtins", "__main__"):
+    for i in range(len(lines) - 1, -1, -1):
+      if lines[i].startswith(qualified):
+        lines[i] = kind.__name__ + lines[i][len(qualified):]
+        break
+  return "".join(lines)
 
 
 def _keep_for_barrier(header: str, exc: BaseException) -> str:

@@ -94,6 +94,32 @@ def test_a_raising_callback_logs_jaxs_one_record_and_nothing_else(
       ("jax._src.callback", "ERROR", f"jax.{api} failed", "ArithmeticError")]
 
 
+class LibraryError(RuntimeError):
+  """An exception class of a library (this module, not builtins)."""
+
+
+def raises_library_error(x):
+  raise LibraryError("the library's words")
+
+
+@pytest.mark.parametrize("api", ["pure_callback", "io_callback"])
+def test_the_exception_line_of_the_error_is_jaxs(records, api):
+  # JAX's error names the exception's type as CPython does, without its
+  # module: a program that reads the error's text (equinox's error_if
+  # under jax.jit) finds the same line with either.
+  apis = PURES if api == "pure_callback" else IOS
+  lines = {}
+  for side, call in apis.items():
+    kind, text = outcome(lambda call=call: jax.jit(
+        lambda x: call(raises_library_error, S, x))(1.))
+    assert kind is jax.errors.JaxRuntimeError
+    lines[side] = [line for line in text.splitlines()
+                   if line.endswith("the library's words")][-1]
+  records.take()
+  assert lines["hcb"] == lines["jax"] == (
+      "LibraryError: the library's words")
+
+
 def test_a_filter_on_jaxs_callback_logger_silences_a_failure(records):
   # What equinox's error_if does around its jitted calls.
   class HideJaxFailure(logging.Filter):
