@@ -289,8 +289,7 @@ def test_sub_byte_types_are_refused_on_gpu(gpu):
   with pytest.raises(jax.errors.JaxRuntimeError,
                      match="int4 arrays are packed"):
     f(jax.device_put(jnp.zeros(4, ml_dtypes.int4), gpu)).block_until_ready()
-  with pytest.raises(hcb.CallbackException):
-    hcb.barrier_wait()
+  hcb.barrier_wait()  # as every buffer_callback error: the computation's only
 
 
 def _raises(ctx, out, x):
