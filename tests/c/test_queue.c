@@ -150,14 +150,17 @@ test_reserved_room_is_pushed_without_waiting(void **state)
     hcb_record_release(probe);
     assert_int_equal(hcb__queue_init(&q, 2 * rsize), HCB_OK); /* two fit */
     hcb__queue_set_consumer_active(&q, true);
-    assert_int_equal(hcb__queue_reserve(&q, rsize, false, NULL), HCB__PUSH_QUEUED);
-    assert_int_equal(hcb__queue_reserve(&q, rsize, false, NULL), HCB__PUSH_QUEUED);
+    assert_int_equal(hcb__queue_reserve(&q, rsize, false, NULL),
+                     HCB__PUSH_QUEUED);
+    assert_int_equal(hcb__queue_reserve(&q, rsize, false, NULL),
+                     HCB__PUSH_QUEUED);
     assert_int_equal(q.bytes, 2 * rsize); /* full, nothing pushed yet */
     hcb__queue_push_reserved(&q, tu_record(1, 0, 0, 16));
     hcb__queue_push_reserved(&q, tu_record(1, 0, 1, 16));
     assert_int_equal(q.bytes, 2 * rsize);
     assert_int_equal(q.reserved, 0);
-    assert_int_equal(hcb__queue_reserve(&q, rsize, true, NULL), HCB__PUSH_QUEUED); /* its consumer: no wait */
+    assert_int_equal(hcb__queue_reserve(&q, rsize, true, NULL),
+                     HCB__PUSH_QUEUED); /* its consumer: no wait */
     hcb__queue_unreserve(&q, rsize);
     assert_int_equal(q.bytes, 2 * rsize);
     for (chain = hcb__queue_pop(&q, 0, 0); chain != NULL; chain = next, n++) {
@@ -193,7 +196,8 @@ test_a_closing_consumer_waits_for_reserved_records(void **state)
     assert_int_equal(hcb__queue_init(&q, 1 << 20), HCB_OK);
     c->q = &q;
     start(c, &t);
-    assert_int_equal(hcb__queue_reserve(&q, rsize, false, NULL), HCB__PUSH_QUEUED);
+    assert_int_equal(hcb__queue_reserve(&q, rsize, false, NULL),
+                     HCB__PUSH_QUEUED);
     hcb__queue_close(&q);
     tu_sleep_us(50000);
     assert_true(atomic_load(&q.consumer_active)); /* still there */
@@ -205,7 +209,8 @@ test_a_closing_consumer_waits_for_reserved_records(void **state)
     /* the same, the room given back instead */
     hcb__queue_reopen(&q);
     start(c, &t);
-    assert_int_equal(hcb__queue_reserve(&q, 256, false, NULL), HCB__PUSH_QUEUED);
+    assert_int_equal(hcb__queue_reserve(&q, 256, false, NULL),
+                     HCB__PUSH_QUEUED);
     hcb__queue_close(&q);
     for (i = 0; i < 20; i++)
         tu_sleep_us(1000);
@@ -241,10 +246,12 @@ test_a_refused_reservation_takes_nothing(void **state)
     assert_int_equal(hcb__queue_init(&q, 1 << 20), HCB_OK);
     c->q = &q;
     start(c, &t);
-    assert_int_equal(hcb__queue_reserve(&q, rsize, false, NULL), HCB__PUSH_QUEUED);
+    assert_int_equal(hcb__queue_reserve(&q, rsize, false, NULL),
+                     HCB__PUSH_QUEUED);
     hcb__queue_close(&q);
     hcb__queue_set_consumer_active(&q, false); /* the moment of the race */
-    assert_int_equal(hcb__queue_reserve(&q, rsize, false, NULL), HCB__PUSH_NO_CONSUMER);
+    assert_int_equal(hcb__queue_reserve(&q, rsize, false, NULL),
+                     HCB__PUSH_NO_CONSUMER);
     assert_int_equal(atomic_load(&q.reserved), 1); /* the first only */
     assert_int_equal(atomic_load(&q.bytes), rsize);
     hcb__queue_push_reserved(&q, tu_record(1, 0, 7, 16));
