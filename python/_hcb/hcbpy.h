@@ -7,7 +7,7 @@
  * call function for XLA and checking its result), buffer.c (in-place
  * buffer callbacks and the Buffer type; with dlpack.c, its DLPack export,
  * and buffer_cuda.c, a GPU Buffer's interop: buffer.h), print.c (id_print),
- * interrupt.c (Ctrl-C while a device waits for room) and bridge.c (what
+ * interrupt.c (Ctrl-C while a device's thread waits) and bridge.c (what
  * they share: the GIL, numpy arrays over records, devices, errors).
  */
 #ifndef HCB_PY_H
@@ -46,9 +46,9 @@
  *                   released.  Made new in a forked child.
  *   D. hook_mu      (interrupt.c, process-wide) serialises putting the SIGINT
  *                   counter in front of SIGINT's handler.  A leaf, taken by
- *                   configure and by devices as they start to wait for room
- *                   (inside libhcb's submit, no runtime lock held), never
- *                   with anything taken under it.
+ *                   configure and by devices' threads as they start to wait
+ *                   (inside libhcb's interrupt check, no runtime lock held),
+ *                   never with anything taken under it.
  *
  * Against the runtime's locks: A and C are never held while the extension
  * calls into libhcb.  The GIL may be, for calls that hold a runtime lock
@@ -83,7 +83,6 @@ typedef struct hcb_state {
     PyObject *str_device;      /* interned "device" */
     PyObject *kw_device;       /* ("device",): vectorcall keyword names */
     atomic_int shutting_down;  /* set at exit: taps are no longer delivered */
-    unsigned long main_thread; /* Python's main thread (configure) */
 } hcb_state;
 
 /* What a Python target is (how to release it). */
@@ -259,12 +258,6 @@ hcb_py_packed(hcb_dtype dtype)
 void hcb_py_store(const hcb_array *res, const void *data);
 /* The runtime's log sink (hcb_log_fn); `user` is the module state. */
 void hcb_py_log(void *user, const char *message);
-/* The runtime's interrupt check (hcb_runtime_set_interrupt); `user` is the
- * module state.  In Python's main thread, where signal handlers run, runs
- * them (taking the GIL): nonzero when one raised (Ctrl-C), which is then
- * raised again for Python once the computation that waited has failed.
- * Elsewhere 0. */
-int hcb_py_check_interrupt(void *user);
 
 /* targets.c: Python targets and their life. */
 /* A new Python target of `size` bytes (which starts with an hcb_py_target)
@@ -317,10 +310,10 @@ PyObject *hcb_py_run_call(hcb_state *st, PyObject *args);
 /* print.c: id_print's target, which formats records without the GIL and
  * takes it only to write; and the functions behind host_callback._print. */
 int hcb_py_print(void *user, hcb_record *rec, hcb_error *err);
-/* Has a device that waits for room in a full queue notice Ctrl-C
- * (interrupt.c): sets the runtime's submit check; configure calls it. */
+/* Has every wait of a device's thread notice Ctrl-C (interrupt.c): sets
+ * the runtime's interrupt check; configure calls it. */
 void hcb_py_interrupt_install(hcb_state *st);
-/* Clears the submit check (the module is being cleared). */
+/* Clears the interrupt check (the module is being cleared). */
 void hcb_py_interrupt_uninstall(hcb_state *st);
 
 /* Makes the print lock new in the child of a fork (once per process). */

@@ -24,27 +24,6 @@ state_of(PyObject *module)
     return (hcb_state *)PyModule_GetState(module);
 }
 
-/* threading.main_thread().ident: where Python runs signal handlers. */
-static int
-main_thread_ident(unsigned long *out)
-{
-    PyObject *threading = PyImport_ImportModule("threading"), *main, *ident;
-
-    if (threading == NULL)
-        return -1;
-    main = PyObject_CallMethod(threading, "main_thread", NULL);
-    Py_DECREF(threading);
-    if (main == NULL)
-        return -1;
-    ident = PyObject_GetAttrString(main, "ident");
-    Py_DECREF(main);
-    if (ident == NULL)
-        return -1;
-    *out = PyLong_AsUnsignedLong(ident);
-    Py_DECREF(ident);
-    return *out == (unsigned long)-1 && PyErr_Occurred() ? -1 : 0;
-}
-
 /* configure(dtypes, device_lookup, on_error, tree_flatten, warn) */
 static PyObject *
 hcb_configure(PyObject *module, PyObject *args)
@@ -77,11 +56,8 @@ hcb_configure(PyObject *module, PyObject *args)
     Py_XSETREF(st->tree_flatten, flatten);
     Py_INCREF(warn);
     Py_XSETREF(st->warn, warn);
-    if (main_thread_ident(&st->main_thread) < 0)
-        return NULL;
     hcb_runtime_set_log(st->rt, hcb_py_log, st);
     hcb_py_interrupt_install(st);
-    hcb_runtime_set_interrupt(st->rt, hcb_py_check_interrupt, st);
     Py_RETURN_NONE;
 }
 
@@ -279,13 +255,20 @@ parse_device(PyObject *obj, hcb_device *out)
  * (Ctrl-C raises KeyboardInterrupt within this much of the signal). */
 #define BARRIER_POLL_NS 50000000u
 
-/* The barrier's check: with the GIL taken back for a moment, runs the
- * signal handlers; nonzero (an exception set) stops the wait. */
+/* The barrier's check (hcb_check_fn): with the GIL taken back for a
+ * moment, runs the signal handlers; nonzero (an exception set) stops the
+ * wait.  Unlike the devices' waits (interrupt.c), barrier_wait runs in a
+ * Python thread, which can raise whatever the handler raised. */
 static int
-barrier_check_signals(void *user)
+barrier_check_signals(void *user, hcb_device device, uint64_t *wait_state,
+                      hcb_error *err)
 {
     PyThreadState **save = user;
     int rc;
+
+    (void)device;
+    (void)wait_state;
+    (void)err;
 
     PyEval_RestoreThread(*save);
     rc = PyErr_CheckSignals();
