@@ -336,7 +336,7 @@ HCB_API int hcb_runtime_register_tap(hcb_runtime *rt,
  * host_callback.native_call(fn) makes one the function of call or
  * buffer_callback: `args` and `results` are then XLA's own buffers: on a
  * GPU (HCB_DEVICE_PLATFORM(device) == HCB_PLATFORM_CUDA) device pointers,
- * to be worked on in stream order on hcb_call_stream() (ffi.h). */
+ * to be worked on in stream order on hcb_call_stream() (hcb/cuda.h). */
 typedef int (*hcb_call_fn)(void *user, hcb_device device, const hcb_array *args,
                            size_t nargs, const hcb_array *results,
                            size_t nresults, hcb_error *err);
@@ -383,9 +383,9 @@ HCB_API int hcb_runtime_call(hcb_runtime *rt, uint64_t id, hcb_device device,
 /* For a call that one device runs for `ndevices` devices that then share
  * its results (JAX's jit over sharded operands): like hcb_runtime_call, and
  * a failure is also parked for the "hcb_sharded_check" FFI handler (see
- * ffi.h), which raises it on every one of the devices, so that none waits
- * forever for the others.  Returns the call's error code; `*parked` tells
- * whether the failure was parked (false: raise it now). */
+ * hcb/ffi_handlers.h), which raises it on every one of the devices, so that
+ * none waits forever for the others.  Returns the call's error code; `*parked`
+ * tells whether the failure was parked (false: raise it now). */
 HCB_API int hcb_runtime_call_shared(hcb_runtime *rt, uint64_t id,
                                     hcb_device device, const hcb_array *args,
                                     size_t nargs, const hcb_array *results,
@@ -447,9 +447,9 @@ HCB_API int hcb_runtime_barrier_poll(hcb_runtime *rt, hcb_device device,
 /* Waits until every record submitted for `device` before the call has been
  * delivered: a computation of that device, at its end, so that its results
  * are ready only once its callbacks have run (the "hcb_flush" FFI handler,
- * ffi.h).  The wait is for those records, not for an empty queue: records
- * submitted later (another computation) are not waited for, except those
- * that the device's consumer submitted itself while it delivered them (a
+ * hcb/ffi_handlers.h).  The wait is for those records, not for an empty queue:
+ * records submitted later (another computation) are not waited for, except
+ * those that the device's consumer submitted itself while it delivered them (a
  * tap function that ran a computation of its device in its own thread).
  * Returns at once when nothing is pending, and when called from that
  * device's own consumer thread (a tap function running a computation of

@@ -11,8 +11,8 @@
  * a thread of its own, and everything above the table is the code that
  * runs on a GPU.
  */
-#ifndef HCB_CUDA_H
-#define HCB_CUDA_H
+#ifndef HCB_FFI_CUDA_H
+#define HCB_FFI_CUDA_H
 
 #include "base/common.h"
 
@@ -115,4 +115,4 @@ typedef struct hcb__pinned_stats {
 } hcb__pinned_stats;
 bool hcb__pinned_get_stats(int ordinal, hcb__pinned_stats *out);
 
-#endif /* HCB_CUDA_H */
+#endif /* HCB_FFI_CUDA_H */
