@@ -105,7 +105,7 @@ ctest: build-c
 
 # The same tests built against the newest supported XLA FFI header (the
 # last combination's jaxlib) instead of .venv's, the oldest: what differs
-# by header version (include/hcb/ffi.h) is checked with both.
+# by header version (include/hcb/ffi_version.h) is checked with both.
 NEWEST_PY = .venv-$(lastword $(MATRIX))/bin/python
 ctest-ffi-newest: .venv-$(lastword $(MATRIX))/.deps setup
 	$(CMAKE_C) -B build/c-ffi-newest -DCMAKE_BUILD_TYPE=Debug \

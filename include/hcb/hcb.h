@@ -336,7 +336,7 @@ HCB_API int hcb_runtime_register_tap(hcb_runtime *rt,
  * host_callback.native_call(fn) makes one the function of call or
  * buffer_callback: `args` and `results` are then XLA's own buffers: on a
  * GPU (HCB_DEVICE_PLATFORM(device) == HCB_PLATFORM_CUDA) device pointers,
- * to be worked on in stream order on hcb_call_stream() (ffi.h). */
+ * to be worked on in stream order on hcb_call_stream() (hcb/cuda.h). */
 typedef int (*hcb_call_fn)(void *user, hcb_device device, const hcb_array *args,
                            size_t nargs, const hcb_array *results,
                            size_t nresults, hcb_error *err);
@@ -369,10 +369,12 @@ HCB_API int hcb_runtime_register_call(hcb_runtime *rt,
  * backlog, naming how many taps are not yet delivered, when taps were
  * delivered meanwhile (once a minute per device at most); else, when none
  * was, that a tap function that runs a computation containing this call on
- * another thread waits for itself.
+ * another thread waits for itself.  The runtime's interrupt check can stop
+ * that wait (hcb_runtime_set_interrupt): the call function then does not
+ * run, and the call fails with HCB_ECALLBACK.
  * Errors: HCB_ENOTFOUND for an unknown id, HCB_EINVAL for the id of a tap
- * target, or the call function's error (also recorded, see
- * hcb_runtime_take_error). */
+ * target, HCB_ECALLBACK for an interrupted wait, or the call function's
+ * error (also recorded, see hcb_runtime_take_error). */
 HCB_API int hcb_runtime_call(hcb_runtime *rt, uint64_t id, hcb_device device,
                              const hcb_array *args, size_t nargs,
                              const hcb_array *results, size_t nresults,
@@ -381,9 +383,9 @@ HCB_API int hcb_runtime_call(hcb_runtime *rt, uint64_t id, hcb_device device,
 /* For a call that one device runs for `ndevices` devices that then share
  * its results (JAX's jit over sharded operands): like hcb_runtime_call, and
  * a failure is also parked for the "hcb_sharded_check" FFI handler (see
- * ffi.h), which raises it on every one of the devices, so that none waits
- * forever for the others.  Returns the call's error code; `*parked` tells
- * whether the failure was parked (false: raise it now). */
+ * hcb/ffi_handlers.h), which raises it on every one of the devices, so that
+ * none waits forever for the others.  Returns the call's error code; `*parked`
+ * tells whether the failure was parked (false: raise it now). */
 HCB_API int hcb_runtime_call_shared(hcb_runtime *rt, uint64_t id,
                                     hcb_device device, const hcb_array *args,
                                     size_t nargs, const hcb_array *results,
@@ -403,37 +405,13 @@ HCB_API void hcb_runtime_set_log(hcb_runtime *rt, hcb_log_fn fn, void *user);
 /* Queues `rec` for its device, waiting while the queue is over its bound
  * (back-pressure), and starts the device's consumer thread if needed.
  * Ownership of `rec` passes to the runtime whatever the result.  On error
- * (HCB_ENOMEM, HCB_ESYSTEM, or the submit check's HCB_ECALLBACK: see
- * hcb_runtime_set_submit_check) the record has not been queued and is
- * released, except in the one case documented in docs/runtime.md (a
- * consumer restart that failed after a stop) where it waits in the queue for
- * the next start. */
+ * (HCB_ENOMEM, HCB_ESYSTEM, or HCB_ECALLBACK when the runtime's interrupt
+ * check stopped its wait: see hcb_runtime_set_interrupt) the record has not
+ * been queued and is released, except in the one case documented in
+ * docs/runtime.md (a consumer restart that failed after a stop) where it
+ * waits in the queue for the next start. */
 HCB_API int hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec,
                                hcb_error *err);
-
-/* Returns nonzero to stop a submit for `device` that waits for room in a
- * full queue; may write the reason into `err` (never NULL; its message is
- * added to the submit's).  `*wait_state` is 0 at the first call of each
- * wait and kept between the calls of one wait, for the check's own use. */
-typedef int (*hcb_submit_check_fn)(void *user, hcb_device device,
-                                   uint64_t *wait_state, hcb_error *err);
-
-/* Sets (or with `check` NULL, clears) the check of submits that wait for
- * room: such a submit calls `check(user, device, &state, err)` as it starts
- * to wait and then every `poll_ns`, in its own thread, with no lock held.
- * When that returns nonzero the submit stops waiting and fails with
- * HCB_ECALLBACK ("tap of N bytes on cpu:0 interrupted while waiting for
- * room ...", with the check's reason): its record is released, never
- * queued; the records queued before it are still delivered, and the queue
- * works on.  For an embedder that must react while a device waits
- * (Python's Ctrl-C).  The check runs on whatever thread submits (XLA's,
- * CUDA's host-function thread): it must be quick and must not wait for the
- * runtime.  `user` is borrowed and must outlive its use.  Thread-safe; a
- * submit already waiting keeps the check it started with.  HCB_EINVAL for
- * a zero `poll_ns` with a check. */
-HCB_API int hcb_runtime_set_submit_check(hcb_runtime *rt, uint64_t poll_ns,
-                                         hcb_submit_check_fn check, void *user,
-                                         hcb_error *err);
 
 /* Returns once every record submitted for `device` (or for every device,
  * with HCB_ALL_DEVICES) before the call has been consumed.  HCB_EDEADLK if
@@ -441,16 +419,27 @@ HCB_API int hcb_runtime_set_submit_check(hcb_runtime *rt, uint64_t poll_ns,
 HCB_API int hcb_runtime_barrier(hcb_runtime *rt, hcb_device device,
                                 hcb_error *err);
 
-/* Returns nonzero to interrupt a waiting barrier (hcb_runtime_barrier_poll). */
-typedef int (*hcb_check_fn)(void *user);
+/* A check that a waiting thread calls to ask whether to stop waiting: for
+ * an embedder that must react while something waits (Python's Ctrl-C).
+ * A wait calls it as it begins to wait, with `*wait_state` 0, and then
+ * every poll interval while it waits, with `*wait_state` as the check left
+ * it (the check's own, kept for one wait); in the waiting thread, with no
+ * lock of the runtime held.  `device` is the device the wait is for.
+ * Returns nonzero to stop the wait; may then write its reason into `err`
+ * (never NULL), which the wait's error message ends with.  The one
+ * signature of hcb_runtime_set_interrupt (every wait of a device's thread)
+ * and hcb_runtime_barrier_poll (one barrier). */
+typedef int (*hcb_check_fn)(void *user, hcb_device device, uint64_t *wait_state,
+                            hcb_error *err);
 
-/* Like hcb_runtime_barrier, and while it waits it wakes every `poll_ns`
- * to call `check(user)` in the waiting thread, with no lock held: when that
- * returns nonzero the barrier stops waiting and returns HCB_ECALLBACK
- * ("barrier interrupted ...").  The records it waited for are still
- * delivered.  For a caller that must react while it waits (Python's
- * Ctrl-C).  With `check` NULL it is hcb_runtime_barrier; else HCB_EINVAL
- * for a zero `poll_ns`. */
+/* Like hcb_runtime_barrier, and it calls `check(user, device, &state, err)`
+ * as it begins to wait for a device and every `poll_ns` while it waits
+ * (see hcb_check_fn): when that returns nonzero the barrier stops waiting
+ * and returns HCB_ECALLBACK ("barrier on cpu:0 interrupted ...", with the
+ * check's reason).  The records it waited for are still delivered.  For a
+ * caller that must react while it waits (Python's Ctrl-C in
+ * barrier_wait).  With `check` NULL it is hcb_runtime_barrier; else
+ * HCB_EINVAL for a zero `poll_ns`. */
 HCB_API int hcb_runtime_barrier_poll(hcb_runtime *rt, hcb_device device,
                                      uint64_t poll_ns, hcb_check_fn check,
                                      void *user, hcb_error *err);
@@ -458,27 +447,46 @@ HCB_API int hcb_runtime_barrier_poll(hcb_runtime *rt, hcb_device device,
 /* Waits until every record submitted for `device` before the call has been
  * delivered: a computation of that device, at its end, so that its results
  * are ready only once its callbacks have run (the "hcb_flush" FFI handler,
- * ffi.h).  The wait is for those records, not for an empty queue: records
- * submitted later (another computation) are not waited for, except those
- * that the device's consumer submitted itself while it delivered them (a
- * tap function that ran a computation of its device in its own thread). Returns
- * at once when nothing is pending, and when called from that device's own
- * consumer thread (a tap function running a computation of its device in
- * its own thread: it would wait for itself).  After HCB_CALL_WAIT_WARN_NS
- * it logs a warning (hcb_runtime_set_log) and goes on waiting.  While it
- * waits, it calls the runtime's interrupt check (hcb_runtime_set_interrupt)
- * every HCB_INTERRUPT_POLL_NS: nonzero ends the wait with HCB_ECALLBACK
- * ("interrupted"); the records are still delivered. */
+ * hcb/ffi_handlers.h).  The wait is for those records, not for an empty queue:
+ * records submitted later (another computation) are not waited for, except
+ * those that the device's consumer submitted itself while it delivered them (a
+ * tap function that ran a computation of its device in its own thread).
+ * Returns at once when nothing is pending, and when called from that
+ * device's own consumer thread (a tap function running a computation of
+ * its device in its own thread: it would wait for itself).  After
+ * HCB_CALL_WAIT_WARN_NS it logs a warning (hcb_runtime_set_log) and goes
+ * on waiting.  The runtime's interrupt check can stop the wait
+ * (hcb_runtime_set_interrupt): HCB_ECALLBACK ("interrupted while waiting
+ * for the callbacks of cpu:0 to run"); the records are still delivered. */
 HCB_API int hcb_runtime_flush(hcb_runtime *rt, hcb_device device,
                               hcb_error *err);
 
-#define HCB_INTERRUPT_POLL_NS ((uint64_t)50000000u)
-
-/* Sets (or with fn NULL, clears) the check that waits on a computation's
- * thread (hcb_runtime_flush) call while they wait: from that thread, with
- * no lock held; nonzero stops the wait. */
-HCB_API void hcb_runtime_set_interrupt(hcb_runtime *rt, hcb_check_fn fn,
-                                       void *user);
+/* Sets (or with `check` NULL, clears) the runtime's interrupt check: the
+ * one check of every wait of a device's thread, each of which calls it as
+ * it begins to wait and every `poll_ns` while it waits (see hcb_check_fn),
+ * in the waiting thread (XLA's, or whichever called the runtime):
+ *   - hcb_runtime_submit waiting for room in a full queue ("tap of N bytes
+ *     on cpu:0 interrupted while waiting for room in its queue ..."): the
+ *     record is released, never queued;
+ *   - a GPU tap reserving its room in the queue on XLA's thread (the same
+ *     wait and message; CUDA's host functions never wait);
+ *   - hcb_runtime_call waiting for the taps its device issued before it
+ *     ("call 'f' on cpu:0 interrupted while waiting for the N taps its
+ *     device issued before it"): the call function does not run;
+ *   - hcb_runtime_flush ("interrupted while waiting for the callbacks of
+ *     cpu:0 to run");
+ *   - a GPU device waiting for room in its pinned pool ("CUDA device 0
+ *     interrupted while waiting for room in its pinned pool").
+ * A wait it stops fails with HCB_ECALLBACK, the message ending with the
+ * check's reason; what was queued before is still delivered, and the
+ * runtime works on.  The check may run on any thread, at any time: it
+ * must be quick, must not wait for the runtime, and must not call it.
+ * Thread-safe; a wait already begun keeps the check it began with, so
+ * `user` (borrowed) must outlive every wait begun while it was set.
+ * HCB_EINVAL for a zero `poll_ns` with a check. */
+HCB_API int hcb_runtime_set_interrupt(hcb_runtime *rt, uint64_t poll_ns,
+                                      hcb_check_fn check, void *user,
+                                      hcb_error *err);
 
 /* Drains every queue and joins every consumer thread.  The runtime stays
  * usable: the next submit starts the device's thread again.  HCB_EDEADLK if

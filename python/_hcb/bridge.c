@@ -448,27 +448,6 @@ hcb_py_log(void *user, const char *message)
     hcb_py_gil_release(gil);
 }
 
-int
-hcb_py_check_interrupt(void *user)
-{
-    hcb_state *st = user;
-    PyGILState_STATE gil;
-    int rc;
-
-    if (PyThread_get_thread_ident() != st->main_thread ||
-        hcb_py_gil_ensure(st, &gil) < 0)
-        return 0;
-    rc = PyErr_CheckSignals();
-    if (rc < 0) {
-        /* The handler's exception cannot cross XLA: the computation fails,
-         * and the interrupt is raised again for Python's next check. */
-        PyErr_Clear();
-        PyErr_SetInterrupt();
-    }
-    hcb_py_gil_release(gil);
-    return rc < 0;
-}
-
 /* ---- numpy arrays as views -------------------------------------------------
  */
 

@@ -1,14 +1,24 @@
 /*
  * hcbpy.h - state shared by the files of the CPython extension
- * host_callback._hcb: module.c (the module and its functions), targets.c
- * (registering Python targets and releasing them), entry.c (taps and calls
- * entering the runtime from Python), lifetime.c (holds of executables), tap.c
- * (delivering a record to a Python tap function), call.c (running a Python
- * call function for XLA and checking its result), buffer.c (in-place
- * buffer callbacks and the Buffer type; with dlpack.c, its DLPack export,
- * and buffer_cuda.c, a GPU Buffer's interop: buffer.h), print.c (id_print),
- * interrupt.c (Ctrl-C while a device waits for room) and bridge.c (what
- * they share: the GIL, numpy arrays over records, devices, errors).
+ * host_callback._hcb, which are:
+ *   module.c       the module: its state, initialisation, method table
+ *   control.c      the runtime's controls: barrier, flush, stop, stats,
+ *                  errors
+ *   handlers.c     libhcb's FFI handlers as capsules, its CUDA functions
+ *   targets.c      registering Python targets and releasing them
+ *   entry.c        taps and calls entering the runtime from Python
+ *   lifetime.c     holds of executables
+ *   tap.c          delivering a record to a Python tap function
+ *   call.c         running a Python call function for XLA
+ *   call_result.c  checking its result and writing it into XLA's buffers
+ *                  (inline mode too)
+ *   buffer.c       in-place buffer callbacks and the Buffer type; with
+ *                  dlpack.c, its DLPack export, and buffer_cuda.c, a GPU
+ *                  Buffer's interop (buffer.h)
+ *   print.c        id_print
+ *   interrupt.c    Ctrl-C while a device's thread waits
+ *   bridge.c       what they share: the GIL, numpy arrays over records,
+ *                  devices, errors
  */
 #ifndef HCB_PY_H
 #define HCB_PY_H
@@ -46,9 +56,9 @@
  *                   released.  Made new in a forked child.
  *   D. hook_mu      (interrupt.c, process-wide) serialises putting the SIGINT
  *                   counter in front of SIGINT's handler.  A leaf, taken by
- *                   configure and by devices as they start to wait for room
- *                   (inside libhcb's submit, no runtime lock held), never
- *                   with anything taken under it.
+ *                   configure and by devices' threads as they start to wait
+ *                   (inside libhcb's interrupt check, no runtime lock held),
+ *                   never with anything taken under it.
  *
  * Against the runtime's locks: A and C are never held while the extension
  * calls into libhcb.  The GIL may be, for calls that hold a runtime lock
@@ -83,7 +93,6 @@ typedef struct hcb_state {
     PyObject *str_device;      /* interned "device" */
     PyObject *kw_device;       /* ("device",): vectorcall keyword names */
     atomic_int shutting_down;  /* set at exit: taps are no longer delivered */
-    unsigned long main_thread; /* Python's main thread (configure) */
 } hcb_state;
 
 /* What a Python target is (how to release it). */
@@ -259,12 +268,6 @@ hcb_py_packed(hcb_dtype dtype)
 void hcb_py_store(const hcb_array *res, const void *data);
 /* The runtime's log sink (hcb_log_fn); `user` is the module state. */
 void hcb_py_log(void *user, const char *message);
-/* The runtime's interrupt check (hcb_runtime_set_interrupt); `user` is the
- * module state.  In Python's main thread, where signal handlers run, runs
- * them (taking the GIL): nonzero when one raised (Ctrl-C), which is then
- * raised again for Python once the computation that waited has failed.
- * Elsewhere 0. */
-int hcb_py_check_interrupt(void *user);
 
 /* targets.c: Python targets and their life. */
 /* A new Python target of `size` bytes (which starts with an hcb_py_target)
@@ -317,10 +320,10 @@ PyObject *hcb_py_run_call(hcb_state *st, PyObject *args);
 /* print.c: id_print's target, which formats records without the GIL and
  * takes it only to write; and the functions behind host_callback._print. */
 int hcb_py_print(void *user, hcb_record *rec, hcb_error *err);
-/* Has a device that waits for room in a full queue notice Ctrl-C
- * (interrupt.c): sets the runtime's submit check; configure calls it. */
+/* Has every wait of a device's thread notice Ctrl-C (interrupt.c): sets
+ * the runtime's interrupt check; configure calls it. */
 void hcb_py_interrupt_install(hcb_state *st);
-/* Clears the submit check (the module is being cleared). */
+/* Clears the interrupt check (the module is being cleared). */
 void hcb_py_interrupt_uninstall(hcb_state *st);
 
 /* Makes the print lock new in the child of a fork (once per process). */
@@ -354,7 +357,23 @@ PyObject *hcb_py_notify_unused(void);
 /* Once per process: re-creates the table's lock in a forked child. */
 void hcb_py_lifetime_init(void);
 
+/* module.c's state of the module `module`. */
+static inline hcb_state *
+hcb_py_state(PyObject *module)
+{
+    return (hcb_state *)PyModule_GetState(module);
+}
+
+/* control.c, handlers.c: module functions by concern, which module.c adds
+ * to the module (NULL-terminated). */
+extern PyMethodDef hcb_py_control_methods[];
+extern PyMethodDef hcb_py_handler_methods[];
+
 /* call.c */
+/* Every message of a call starts with the API the user called (the
+ * target's `api`) and the function's name; a drop-in's messages of a wrong
+ * result start with JAX's words before that (call_result.c). */
+#define HCB_PY_CALL_PREFIX "%s: callback '%s' "
 /* Marks this thread as running a call or buffer_callback function, inside
  * the computation that waits for it (nested calls count). */
 void hcb_py_enter_call(void);
@@ -364,13 +383,26 @@ int hcb_py_in_call(void);
 /* Fills the fields of `t` from the CallSite `site`; -1 with an
  * exception. */
 int hcb_py_call_site_read(hcb_py_call_target *t, PyObject *site);
+/* The call target of every Python call site (hcb_call_fn): with the GIL,
+ * calls the site's function and writes its checked result. */
+int hcb_py_call(void *user, hcb_device device, const hcb_array *args,
+                size_t nargs, const hcb_array *results, size_t nresults,
+                hcb_error *err);
+
+/* call_result.c */
+/* Checks the call function's `result` against `t`'s declaration and
+ * copies it into XLA's `results`; on failure fills `err` and hands the
+ * error to the Python error hook (log, barrier_wait).  With the GIL. */
+int hcb_py_call_result(hcb_py_call_target *t, PyObject *result,
+                       const hcb_array *results, size_t nresults,
+                       hcb_error *err);
+/* The call function raised (the exception is set): fills `err` with it
+ * and its traceback, and hands it to the hook.  With the GIL. */
+int hcb_py_call_raised(hcb_py_call_target *t, hcb_error *err);
 /* check_results(*, site, name, result) -> list of numpy arrays: checks a
  * call function's `result` against the CallSite's declaration with the
  * rules and messages of compiled calls (inline mode), raising the error. */
 PyObject *hcb_py_check_results(PyObject *module, PyObject *args,
                                PyObject *kwargs);
-int hcb_py_call(void *user, hcb_device device, const hcb_array *args,
-                size_t nargs, const hcb_array *results, size_t nresults,
-                hcb_error *err);
 
 #endif /* HCB_PY_H */

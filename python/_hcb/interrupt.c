@@ -1,25 +1,33 @@
 /*
- * interrupt.c - Ctrl-C while a device waits for room in a full tap queue.
+ * interrupt.c - Ctrl-C while a device's thread waits in libhcb.
  *
- * A device whose queue is full waits inside hcb_runtime_submit, on the
- * thread XLA runs the tap on: an XLA worker, an Eigen thread of the
- * program's thunks, or the caller's own thread (Python's main thread,
+ * A device's thread waits inside libhcb when its queue is full (a submit,
+ * or a GPU tap's reservation), when a call waits for the taps its device
+ * issued before it, when a computation waits at its end for its callbacks
+ * (hcb_flush: the drop-ins' results imply delivery), and when a GPU waits
+ * for its pinned pool.  That thread is XLA's: a worker, an Eigen thread of
+ * the program's thunks, or the caller's own thread (Python's main thread,
  * inside jaxlib with the GIL released).  Python runs its signal handlers
  * only on the main thread and only when that thread runs Python, which it
  * does not while it waits for the computation (or inside it).  So a Ctrl-C
- * used to go unseen for as long as the tap function held the queue full,
- * forever if it never returned.
+ * would go unseen for as long as a callback function kept the device
+ * waiting, forever if it never returned.
  *
- * The runtime's submit check (hcb_runtime_set_submit_check) lets a waiting
- * device notice it: SIGINT's handler is chained with a counter of SIGINTs,
- * and a device that sees the counter move while it waits stops waiting.
- * Its computation fails ("... interrupted while waiting for room in its
- * queue ...: Ctrl-C (SIGINT)"), the records queued before it are
- * delivered as usual, and Python's own handler, which the chain calls
- * first, then runs as soon as the main thread runs Python again
- * (KeyboardInterrupt by default).  The check takes no lock but its own and
- * never the GIL, so it is safe on any thread, CUDA's host-function thread
- * included.
+ * The runtime's interrupt check (hcb_runtime_set_interrupt), which every
+ * one of those waits calls as it begins and every 50 ms, lets the waiting
+ * thread notice it: SIGINT's handler is chained with a counter of SIGINTs,
+ * and a wait that sees the counter move since it began stops.  Its
+ * computation fails ("... interrupted while waiting ...: Ctrl-C
+ * (SIGINT)"), the records queued before are delivered as usual, and
+ * Python's own handler, which the chain calls first, then runs as soon as
+ * the main thread runs Python again (KeyboardInterrupt by default).  The
+ * check takes no lock but its own and never the GIL, so it is safe on any
+ * thread, whichever thread the wait is on.  A SIGINT that came before the
+ * wait began is Python's alone: it is handled once the main thread runs
+ * Python again (press Ctrl-C again to end a wait that began after it).
+ *
+ * barrier_wait is not such a wait: it runs in a Python thread, which runs
+ * the signal handlers itself while it waits (module.c, hcb_barrier).
  *
  * The chain: at configure, and again as each wait starts (Python puts its
  * own handler back whenever signal.signal(SIGINT, ...) is called), if
@@ -85,8 +93,8 @@ hook_sigint(void)
     pthread_mutex_unlock(&hook_mu);
 }
 
-/* The submit check: `*state` holds 1 + the count of SIGINTs when this wait
- * began; a SIGINT since stops the wait. */
+/* The interrupt check (hcb_check_fn): `*state` holds 1 + the count of
+ * SIGINTs when this wait began; a SIGINT since stops the wait. */
 static int
 stop_on_sigint(void *user, hcb_device device, uint64_t *state, hcb_error *err)
 {
@@ -105,20 +113,20 @@ stop_on_sigint(void *user, hcb_device device, uint64_t *state, hcb_error *err)
     return 1;
 }
 
-/* How often a device that waits for room looks for a Ctrl-C. */
-#define SUBMIT_POLL_NS 50000000u
+/* How often a waiting device's thread looks for a Ctrl-C. */
+#define INTERRUPT_POLL_NS 50000000u
 
 void
 hcb_py_interrupt_install(hcb_state *st)
 {
     hook_sigint();
     /* cannot fail: the interval is positive */
-    (void)hcb_runtime_set_submit_check(st->rt, SUBMIT_POLL_NS, stop_on_sigint,
-                                       NULL, NULL);
+    (void)hcb_runtime_set_interrupt(st->rt, INTERRUPT_POLL_NS, stop_on_sigint,
+                                    NULL, NULL);
 }
 
 void
 hcb_py_interrupt_uninstall(hcb_state *st)
 {
-    (void)hcb_runtime_set_submit_check(st->rt, 0, NULL, NULL, NULL);
+    (void)hcb_runtime_set_interrupt(st->rt, 0, NULL, NULL, NULL);
 }

@@ -1,12 +1,14 @@
 /*
  * module.c - host_callback._hcb, the CPython face of libhcb.
  *
- * The module: its definition, method table, state and initialisation; it
- * exposes the FFI handlers as capsules for jax.ffi.register_ffi_target and
- * wraps the runtime's barrier, stop, stats and errors.  Targets are
- * registered and released in targets.c, taps delivered in tap.c, calls run
- * in call.c, Python's own entry into the runtime is entry.c.  Every call that
- * may wait releases the GIL. Multi-phase initialisation; the state lives in
+ * The module: its definition, state and initialisation (configure, the
+ * constants), and its method table, which lists the functions of the
+ * other files by concern; two concerns keep tables of their own, added at
+ * initialisation: the runtime's controls (control.c: barrier, flush, stop,
+ * stats, errors) and libhcb's FFI handlers and CUDA functions
+ * (handlers.c).  Targets are registered and released in targets.c, taps
+ * delivered in tap.c, calls run in call.c, Python's own entry into the
+ * runtime is entry.c.  Multi-phase initialisation; the state lives in
  * module state.
  */
 #define PY_ARRAY_UNIQUE_SYMBOL hcb_ARRAY_API
@@ -18,38 +20,11 @@
 
 #include "hcb/ffi.h"
 
-static hcb_state *
-state_of(PyObject *module)
-{
-    return (hcb_state *)PyModule_GetState(module);
-}
-
-/* threading.main_thread().ident: where Python runs signal handlers. */
-static int
-main_thread_ident(unsigned long *out)
-{
-    PyObject *threading = PyImport_ImportModule("threading"), *main, *ident;
-
-    if (threading == NULL)
-        return -1;
-    main = PyObject_CallMethod(threading, "main_thread", NULL);
-    Py_DECREF(threading);
-    if (main == NULL)
-        return -1;
-    ident = PyObject_GetAttrString(main, "ident");
-    Py_DECREF(main);
-    if (ident == NULL)
-        return -1;
-    *out = PyLong_AsUnsignedLong(ident);
-    Py_DECREF(ident);
-    return *out == (unsigned long)-1 && PyErr_Occurred() ? -1 : 0;
-}
-
 /* configure(dtypes, device_lookup, on_error, tree_flatten, warn) */
 static PyObject *
 hcb_configure(PyObject *module, PyObject *args)
 {
-    hcb_state *st = state_of(module);
+    hcb_state *st = hcb_py_state(module);
     PyObject *dtypes, *lookup, *on_error, *flatten, *warn;
 
     if (!PyArg_ParseTuple(args, "O!OOOO:configure", &PyTuple_Type, &dtypes,
@@ -77,36 +52,33 @@ hcb_configure(PyObject *module, PyObject *args)
     Py_XSETREF(st->tree_flatten, flatten);
     Py_INCREF(warn);
     Py_XSETREF(st->warn, warn);
-    if (main_thread_ident(&st->main_thread) < 0)
-        return NULL;
     hcb_runtime_set_log(st->rt, hcb_py_log, st);
     hcb_py_interrupt_install(st);
-    hcb_runtime_set_interrupt(st->rt, hcb_py_check_interrupt, st);
     Py_RETURN_NONE;
 }
 
 static PyObject *
 hcb_format_value_fn(PyObject *module, PyObject *args)
 {
-    return hcb_py_format_value(state_of(module), args);
+    return hcb_py_format_value(hcb_py_state(module), args);
 }
 
 static PyObject *
 hcb_print_write_fn(PyObject *module, PyObject *args)
 {
-    return hcb_py_print_write(state_of(module), args);
+    return hcb_py_print_write(hcb_py_state(module), args);
 }
 
 static PyObject *
 hcb_submit_tap(PyObject *module, PyObject *args)
 {
-    return hcb_py_submit_tap(state_of(module), args);
+    return hcb_py_submit_tap(hcb_py_state(module), args);
 }
 
 static PyObject *
 hcb_run_call(PyObject *module, PyObject *args)
 {
-    return hcb_py_run_call(state_of(module), args);
+    return hcb_py_run_call(hcb_py_state(module), args);
 }
 
 static PyObject *
@@ -137,391 +109,6 @@ hcb_notify_unused(PyObject *module, PyObject *unused)
     (void)module;
     (void)unused;
     return hcb_py_notify_unused();
-}
-
-/* A handler with an INSTANTIATE stage too (lifetime.c): {"instantiate":
- * capsule, "execute": capsule}. */
-static PyObject *
-with_instantiate(PyObject *execute)
-{
-    PyObject *d = PyDict_New(), *inst;
-
-    if (d == NULL)
-        return NULL;
-    inst = PyCapsule_New((void *)hcb_py_ffi_instantiate, NULL, NULL);
-    if (inst == NULL || PyDict_SetItemString(d, "instantiate", inst) < 0 ||
-        PyDict_SetItemString(d, "execute", execute) < 0)
-        Py_CLEAR(d);
-    Py_XDECREF(inst);
-    return d;
-}
-
-/* The handlers of each platform XLA runs them on: the same names, and the
- * same operands and attributes, on each. */
-typedef struct {
-    const char *name;
-    XLA_FFI_Handler *fn;
-    int holds; /* has a callback_id: count the executables */
-} handler_entry;
-
-static const handler_entry cpu_handlers[] = {
-    {"hcb_tap", hcb_ffi_tap, 1},
-    {"hcb_call", hcb_ffi_call, 1},
-    {"hcb_buffer_call", hcb_ffi_buffer_call, 1},
-    {"hcb_device_ordinal", hcb_ffi_ordinal_handler, 0},
-    {"hcb_flush", hcb_ffi_flush, 0},
-    {"hcb_sharded_check", hcb_ffi_sharded_check, 1},
-    {NULL, NULL, 0}};
-
-/* The CUDA handlers count no holds: the hold's state type would have to be
- * registered with the CUDA plugin's own FFI type registry (through PJRT),
- * which is not known to take it.  A site of a GPU program is kept alive by
- * the lowering's keepalive instead (host_callback/_registry.py). */
-static const handler_entry cuda_handlers[] = {
-    {"hcb_tap", hcb_ffi_tap_cuda, 0},
-    {"hcb_call", hcb_ffi_call_cuda, 0},
-    {"hcb_buffer_call", hcb_ffi_buffer_call_cuda, 0},
-    {"hcb_device_ordinal", hcb_ffi_ordinal_handler_cuda, 0},
-    {"hcb_flush", hcb_ffi_flush_cuda, 0},
-    {"hcb_sharded_check", hcb_ffi_sharded_check_cuda, 0},
-    {NULL, NULL, 0}};
-
-static PyObject *
-hcb_ffi_handlers(PyObject *module, PyObject *args)
-{
-    const char *platform = "cpu";
-    const handler_entry *h;
-    PyObject *d, *cap;
-
-    (void)module;
-    if (!PyArg_ParseTuple(args, "|s:ffi_handlers", &platform))
-        return NULL;
-    if (strcmp(platform, "cpu") == 0) {
-        h = cpu_handlers;
-    } else if (strcmp(platform, "cuda") == 0) {
-        h = cuda_handlers;
-    } else {
-        PyErr_Format(PyExc_ValueError,
-                     "ffi_handlers: expected platform 'cpu' or 'cuda', got "
-                     "'%s'",
-                     platform);
-        return NULL;
-    }
-    if ((d = PyDict_New()) == NULL)
-        return NULL;
-    for (; h->name != NULL; h++) {
-        cap = PyCapsule_New((void *)h->fn, NULL, NULL);
-        if (cap != NULL && h->holds)
-            Py_SETREF(cap, with_instantiate(cap));
-        if (cap == NULL || PyDict_SetItemString(d, h->name, cap) < 0) {
-            Py_XDECREF(cap);
-            Py_DECREF(d);
-            return NULL;
-        }
-        Py_DECREF(cap);
-    }
-    return d;
-}
-
-static PyObject *
-hcb_cuda_load_fn(PyObject *module, PyObject *args)
-{
-    const char *path = NULL;
-    hcb_error err;
-
-    (void)module;
-    if (!PyArg_ParseTuple(args, "z:cuda_load", &path))
-        return NULL;
-    if (hcb_cuda_load(path, &err) != HCB_OK)
-        return hcb_py_raise(&err);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-hcb_cuda_set_pinned_bytes_fn(PyObject *module, PyObject *arg)
-{
-    size_t bytes = PyLong_AsSize_t(arg);
-    hcb_error err;
-
-    (void)module;
-    if (bytes == (size_t)-1 && PyErr_Occurred())
-        return NULL;
-    if (hcb_cuda_set_pinned_bytes(bytes, &err) != HCB_OK)
-        return hcb_py_raise(&err);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-hcb_call_stream_fn(PyObject *module, PyObject *unused)
-{
-    (void)module;
-    (void)unused;
-    return PyLong_FromVoidPtr(hcb_call_stream());
-}
-
-static int
-parse_device(PyObject *obj, hcb_device *out)
-{
-    long long v;
-
-    if (obj == NULL || obj == Py_None) {
-        *out = HCB_ALL_DEVICES;
-        return 0;
-    }
-    v = PyLong_AsLongLong(obj);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    *out = (hcb_device)v;
-    return 0;
-}
-
-/* How often a barrier that waits wakes up to run Python's signal handlers
- * (Ctrl-C raises KeyboardInterrupt within this much of the signal). */
-#define BARRIER_POLL_NS 50000000u
-
-/* The barrier's check: with the GIL taken back for a moment, runs the
- * signal handlers; nonzero (an exception set) stops the wait. */
-static int
-barrier_check_signals(void *user)
-{
-    PyThreadState **save = user;
-    int rc;
-
-    PyEval_RestoreThread(*save);
-    rc = PyErr_CheckSignals();
-    *save = PyEval_SaveThread();
-    return rc < 0;
-}
-
-/* barrier(device_key=None): waits, without the GIL, for the records
- * submitted so far to be consumed; a signal handler that raises (Ctrl-C:
- * KeyboardInterrupt) ends the wait with its exception. */
-static PyObject *
-hcb_barrier(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    hcb_state *st = state_of(module);
-    PyThreadState *save;
-    hcb_device dev;
-    hcb_error err;
-    int rc;
-
-    if (nargs > 1) {
-        PyErr_SetString(PyExc_TypeError, "barrier takes at most 1 argument");
-        return NULL;
-    }
-    if (parse_device(nargs > 0 ? args[0] : NULL, &dev) < 0)
-        return NULL;
-    save = PyEval_SaveThread();
-    rc = hcb_runtime_barrier_poll(st->rt, dev, BARRIER_POLL_NS,
-                                  barrier_check_signals, &save, &err);
-    PyEval_RestoreThread(save);
-    if (rc != HCB_OK)
-        return PyErr_Occurred() ? NULL : hcb_py_raise(&err);
-    Py_RETURN_NONE;
-}
-
-/* flush(device_key): waits, without the GIL, until the records the device
- * submitted so far are delivered, as the end of a computation of that
- * device does (hcb_runtime_flush): from JAX's Python callback, in a
- * computation of that device. */
-static PyObject *
-hcb_flush(PyObject *module, PyObject *arg)
-{
-    hcb_state *st = state_of(module);
-    hcb_device dev;
-    hcb_error err;
-    int rc;
-
-    if (parse_device(arg, &dev) < 0)
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS rc = hcb_runtime_flush(st->rt, dev, &err);
-    Py_END_ALLOW_THREADS if (rc != HCB_OK) return hcb_py_raise(&err);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-hcb_stop(PyObject *module, PyObject *unused)
-{
-    hcb_state *st = state_of(module);
-    hcb_error err;
-    int rc;
-
-    (void)unused;
-    Py_BEGIN_ALLOW_THREADS rc = hcb_runtime_stop(st->rt, &err);
-    Py_END_ALLOW_THREADS if (rc != HCB_OK) return hcb_py_raise(&err);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-hcb_shutdown(PyObject *module, PyObject *unused)
-{
-    (void)unused;
-    atomic_store(&state_of(module)->shutting_down, 1);
-    return hcb_stop(module, NULL);
-}
-
-static PyObject *
-hcb_abandon(PyObject *module, PyObject *unused)
-{
-    (void)unused;
-    atomic_store(&state_of(module)->shutting_down, 1);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-hcb_set_max_queue_bytes(PyObject *module, PyObject *arg)
-{
-    unsigned long long n = PyLong_AsUnsignedLongLong(arg);
-    hcb_error err;
-
-    if (n == (unsigned long long)-1 && PyErr_Occurred())
-        return NULL;
-    if (hcb_runtime_set_max_queue_bytes(state_of(module)->rt, (size_t)n,
-                                        &err) != HCB_OK)
-        return hcb_py_raise(&err);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-hcb_set_only_cpu_device(PyObject *module, PyObject *arg)
-{
-    long ordinal = PyLong_AsLong(arg);
-
-    if (ordinal == -1 && PyErr_Occurred())
-        return NULL;
-    hcb_runtime_set_only_cpu_device(
-        state_of(module)->rt,
-        ordinal < 0 || ordinal > INT32_MAX ? -1 : (int32_t)ordinal);
-    Py_RETURN_NONE;
-}
-
-static int
-put_u64(PyObject *d, const char *key, uint64_t v)
-{
-    PyObject *o = PyLong_FromUnsignedLongLong(v);
-    int rc;
-
-    if (o == NULL)
-        return -1;
-    rc = PyDict_SetItemString(d, key, o);
-    Py_DECREF(o);
-    return rc;
-}
-
-/* A new dict of `n` counters, keys[i] -> values[i]. */
-static PyObject *
-dict_of_u64(const char *const *keys, const uint64_t *values, size_t n)
-{
-    PyObject *d = PyDict_New();
-    size_t i;
-
-    for (i = 0; d != NULL && i < n; i++)
-        if (put_u64(d, keys[i], values[i]) < 0)
-            Py_CLEAR(d);
-    return d;
-}
-
-/* stats(device_key=None) -> dict of counters */
-static PyObject *
-hcb_stats_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    hcb_stats s = HCB_STATS_INIT;
-    hcb_device dev;
-    hcb_error err;
-
-    if (nargs > 1) {
-        PyErr_SetString(PyExc_TypeError, "stats takes at most 1 argument");
-        return NULL;
-    }
-    if (parse_device(nargs > 0 ? args[0] : NULL, &dev) < 0)
-        return NULL;
-    if (hcb_runtime_stats(state_of(module)->rt, dev, &s, &err) != HCB_OK)
-        return hcb_py_raise(&err);
-    {
-        static const char *const keys[] = {
-            "records_in",       "bytes_in",         "records_out",
-            "bytes_out",        "queued_records",   "queued_bytes",
-            "reserved_records", "reserved_bytes",   "high_water_bytes",
-            "producer_waits",   "producer_wait_ns", "errors"};
-        const uint64_t values[] = {
-            s.records_in,       s.bytes_in,         s.records_out,
-            s.bytes_out,        s.queued_records,   s.queued_bytes,
-            s.reserved_records, s.reserved_bytes,   s.high_water_bytes,
-            s.producer_waits,   s.producer_wait_ns, s.errors};
-
-        return dict_of_u64(keys, values, sizeof values / sizeof values[0]);
-    }
-}
-
-/* cuda_pool_stats(ordinal) -> dict of the device's pinned pool, or None */
-static PyObject *
-hcb_cuda_pool_stats_fn(PyObject *module, PyObject *arg)
-{
-    hcb_cuda_pool_stats s = HCB_CUDA_POOL_STATS_INIT;
-    long ordinal = PyLong_AsLong(arg);
-    hcb_error err;
-    int rc;
-
-    (void)module;
-    if (ordinal == -1 && PyErr_Occurred())
-        return NULL;
-    rc = hcb_cuda_get_pool_stats((int32_t)ordinal, &s, &err);
-    if (rc == HCB_ENOTFOUND)
-        Py_RETURN_NONE;
-    if (rc != HCB_OK)
-        return hcb_py_raise(&err);
-    {
-        static const char *const keys[] = {
-            "capacity", "used_bytes", "in_flight_bytes", "kept_bytes",
-            "waits",    "refusals",   "syncs",           "pin_failures"};
-        const uint64_t values[] = {
-            s.capacity, s.used_bytes, s.in_flight_bytes, s.kept_bytes,
-            s.waits,    s.refusals,   s.syncs,           s.pin_failures};
-
-        return dict_of_u64(keys, values, sizeof values / sizeof values[0]);
-    }
-}
-
-static PyObject *
-hcb_devices(PyObject *module, PyObject *unused)
-{
-    hcb_runtime *rt = state_of(module)->rt;
-    hcb_device *keys;
-    size_t n, i, cap;
-    PyObject *list;
-
-    (void)unused;
-    cap = hcb_runtime_devices(rt, NULL, 0) + 1;
-    keys = PyMem_Calloc(cap, sizeof *keys);
-    if (keys == NULL)
-        return PyErr_NoMemory();
-    /* Channels are never removed, so the count can only have grown since:
-     * list the ones that fit. */
-    n = hcb_runtime_devices(rt, keys, cap);
-    if (n > cap)
-        n = cap;
-    list = PyList_New(0);
-    for (i = 0; list != NULL && i < n; i++) {
-        PyObject *k = PyLong_FromLongLong((long long)keys[i]);
-
-        if (k == NULL || PyList_Append(list, k) < 0)
-            Py_CLEAR(list);
-        Py_XDECREF(k);
-    }
-    PyMem_Free(keys);
-    return list;
-}
-
-/* take_error() -> (count, last message) */
-static PyObject *
-hcb_take_error(PyObject *module, PyObject *unused)
-{
-    hcb_error last = {HCB_OK, ""};
-    uint64_t n;
-
-    (void)unused;
-    n = hcb_runtime_take_error(state_of(module)->rt, &last);
-    return Py_BuildValue("(Ks)", (unsigned long long)n, last.message);
 }
 
 /* dtype_name(code) -> numpy's name of XLA element type `code`, or None
@@ -600,21 +187,6 @@ static PyMethodDef hcb_methods[] = {
      "submit_tap(callback_id, device_key, arrays): queue a tap record."},
     {"run_call", hcb_run_call, METH_VARARGS,
      "run_call(callback_id, device_key, args, outs): run a call target."},
-    {"ffi_handlers", hcb_ffi_handlers, METH_VARARGS,
-     "ffi_handlers(platform='cpu') -> {name: capsule or {stage: capsule}} "
-     "of platform 'cpu' or 'cuda', for jax.ffi.register_ffi_target."},
-    {"cuda_load", hcb_cuda_load_fn, METH_VARARGS,
-     "cuda_load(path): load the CUDA runtime the CUDA handlers use (None: "
-     "the one in the process, else libcudart by name)."},
-    {"cuda_set_pinned_bytes", hcb_cuda_set_pinned_bytes_fn, METH_O,
-     "cuda_set_pinned_bytes(n): the size of the pinned pool of GPU "
-     "callbacks."},
-    {"cuda_pool_stats", hcb_cuda_pool_stats_fn, METH_O,
-     "cuda_pool_stats(ordinal) -> dict of what the pinned pool of CUDA "
-     "device `ordinal` has done, or None (it has none)."},
-    {"call_stream", hcb_call_stream_fn, METH_NOARGS,
-     "call_stream() -> int: in a call target the CUDA handler "
-     "hcb_buffer_call runs, XLA's cudaStream_t; 0 elsewhere."},
     {"hold_type", hcb_hold_type, METH_NOARGS,
      "hold_type() -> the FFI type of a hold, for jax.ffi.register_ffi_type."},
     {"holds", hcb_holds, METH_O,
@@ -623,30 +195,8 @@ static PyMethodDef hcb_methods[] = {
      "wait_unused(timeout_s): wait until a hold count drops to zero."},
     {"notify_unused", hcb_notify_unused, METH_NOARGS,
      "notify_unused(): wake wait_unused (a site was retired)."},
-    {"barrier", (PyCFunction)(void (*)(void))hcb_barrier, METH_FASTCALL,
-     "barrier(device_key=None): wait until submitted records are consumed."},
-    {"flush", hcb_flush, METH_O,
-     "flush(device_key): wait until the records the device submitted so "
-     "far are delivered, as the end of a computation of it does."},
-    {"stop", hcb_stop, METH_NOARGS,
-     "stop(): drain the queues and join the consumer threads."},
-    {"shutdown", hcb_shutdown, METH_NOARGS,
-     "shutdown(): stop and never call Python taps again (interpreter exit)."},
-    {"abandon", hcb_abandon, METH_NOARGS,
-     "abandon(): never call Python taps again, without waiting for the "
-     "consumer threads (exit after an interrupted flush)."},
-    {"set_max_queue_bytes", hcb_set_max_queue_bytes, METH_O,
-     "set_max_queue_bytes(n): the per-device queue bound in bytes."},
-    {"set_only_cpu_device", hcb_set_only_cpu_device, METH_O,
-     "set_only_cpu_device(ordinal): the only CPU device's id, or -1."},
-    {"stats", (PyCFunction)(void (*)(void))hcb_stats_py, METH_FASTCALL,
-     "stats(device_key=None) -> dict of runtime counters."},
-    {"devices", hcb_devices, METH_NOARGS,
-     "devices() -> device keys that have a queue."},
     {"dtype_name", hcb_dtype_name_of, METH_O,
      "dtype_name(code) -> numpy's name of an XLA element type, or None."},
-    {"take_error", hcb_take_error, METH_NOARGS,
-     "take_error() -> (count, last message) since the last call."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -683,7 +233,7 @@ static const struct {
 static int
 hcb_exec(PyObject *module)
 {
-    hcb_state *st = state_of(module);
+    hcb_state *st = hcb_py_state(module);
     size_t i;
 
     if (PyArray_ImportNumPyAPI() < 0)
@@ -726,13 +276,16 @@ hcb_exec(PyObject *module)
         if (PyModule_AddIntConstant(module, int_constants[i].name,
                                     int_constants[i].value) < 0)
             return -1;
+    if (PyModule_AddFunctions(module, hcb_py_control_methods) < 0 ||
+        PyModule_AddFunctions(module, hcb_py_handler_methods) < 0)
+        return -1;
     return 0;
 }
 
 static int
 hcb_traverse(PyObject *module, visitproc visit, void *arg)
 {
-    hcb_state *st = state_of(module);
+    hcb_state *st = hcb_py_state(module);
 
     Py_VISIT(st->owner_type);
     Py_VISIT(st->buffer_type);
@@ -749,7 +302,7 @@ hcb_traverse(PyObject *module, visitproc visit, void *arg)
 static int
 hcb_clear(PyObject *module)
 {
-    hcb_state *st = state_of(module);
+    hcb_state *st = hcb_py_state(module);
 
     if (st->rt != NULL) {
         hcb_runtime_set_log(st->rt, NULL, NULL);

@@ -4,7 +4,7 @@ A call lowers to one XLA custom call, ``hcb_call`` (src/ffi/handlers.h),
 whose operands are the flattened argument and whose results are the flattened
 ``result_shape``.  XLA runs it on the thread of the computation, which
 waits: the C target (python/_hcb/call.c) takes the GIL, calls the function
-with numpy copies of the operands, checks the result against
+with numpy copies of the operands, checks the result (call_result.c) against
 ``result_shape`` and copies it into XLA's result buffers.  Nothing else runs
 in Python per call.  A call of a :func:`native_call` function lowers to
 ``hcb_buffer_call`` instead: its C function works in place on the device's

@@ -21,7 +21,7 @@ Where JAX and host_callback differ (README.md):
   callback runs in program order on its device), where JAX refuses ordered
   effects on more than one device.
 
-Failures are JAX's (``CallSite.jax_error_log``, python/_hcb/call.c): a
+Failures are JAX's (``CallSite.jax_error_log``, python/_hcb/call_result.c): a
 function that raises logs JAX's one record (``"jax.pure_callback failed"``
 or ``"jax.io_callback failed"`` on logger ``jax._src.callback``) and fails
 the computation with an error that names the drop-in and the function; a

@@ -27,7 +27,7 @@ retired before it.  A record or call that still reached a released id would
 be an error naming the function, never a call to freed memory.  Native (C)
 targets are kept for the process: they hold no Python.
 
-On CUDA no hold counts the executables (python/_hcb/module.c), and a GPU
+On CUDA no hold counts the executables (python/_hcb/handlers.c), and a GPU
 computation can still be running, its taps not yet queued, when its
 executable's Python object and so the registration are gone.  So where
 JAX has CUDA devices a retired id is released only after the CUDA devices

@@ -11,8 +11,8 @@
  * a thread of its own, and everything above the table is the code that
  * runs on a GPU.
  */
-#ifndef HCB_CUDA_H
-#define HCB_CUDA_H
+#ifndef HCB_FFI_CUDA_H
+#define HCB_FFI_CUDA_H
 
 #include "base/common.h"
 
@@ -83,7 +83,8 @@ int hcb__cuda_fail(const hcb__cuda *api, int status, const char *what,
  * over half the pool, what holds the pool is all kept by users, the pool
  * could not be pinned (`rt` warns once), or `may_wait` is false; the
  * caller then stages through smaller blocks, or uses memory of its own.
- * NULL with an error when the pool cannot be made. */
+ * NULL with an error when the pool cannot be made, or (HCB_ECALLBACK) when
+ * `rt`'s interrupt check stopped the wait (hcb_runtime_set_interrupt). */
 void *hcb__pinned_take(const hcb__cuda *api, hcb_runtime *rt, int ordinal,
                        size_t n, bool may_wait, hcb_error *err);
 
@@ -114,4 +115,4 @@ typedef struct hcb__pinned_stats {
 } hcb__pinned_stats;
 bool hcb__pinned_get_stats(int ordinal, hcb__pinned_stats *out);
 
-#endif /* HCB_CUDA_H */
+#endif /* HCB_FFI_CUDA_H */

@@ -38,7 +38,12 @@
  * warn (at most once a minute per pool), naming the pool, what holds it
  * and the tap function the device's consumer runs: one that runs a
  * computation on its own device deadlocks with a full pool, as with a
- * full queue (runtime.h, "Stalls").
+ * full queue (runtime.h, "Stalls").  A waiting taker calls the runtime's
+ * interrupt check as it begins to wait and every poll interval, with no
+ * lock held (runtime.h, "Interrupts"); when it says stop, the take fails
+ * with HCB_ECALLBACK and the caller gives up the tap or call as it does
+ * for any error (nothing of it was enqueued on the stream yet, or what
+ * was is settled first: platform_cuda.c).
  *
  * Memory that cannot be pinned (cudaHostAlloc refused, as under a
  * memory-lock limit): the pool stays without a slab, counts the failure
@@ -333,12 +338,14 @@ hcb__pinned_take(const hcb__cuda *api, hcb_runtime *rt, int ordinal, size_t n,
                  bool may_wait, hcb_error *err)
 {
     size_t need = (sizeof(block) + n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+    size_t capacity;
     char msg[HCB_ERROR_MESSAGE_SIZE];
     uint64_t t0 = 0;
-    bool warned = false, pin_failed = false;
+    bool warned = false, pin_failed = false, stopped = false;
     block *b = NULL;
     pool *p;
     hcb_error why;
+    hcb__wait wait;
 
     err->code = HCB_OK;
     if (need < n)
@@ -354,12 +361,31 @@ hcb__pinned_take(const hcb__cuda *api, hcb_runtime *rt, int ordinal, size_t n,
     }
     if (p->capacity > 0 && need <= p->capacity / 2) {
         while ((b = carve(p, need)) == NULL && may_wait && p->on_the_way > 0) {
-            uint64_t now = hcb__now_ns();
+            uint64_t now = hcb__now_ns(), deadline;
 
             if (t0 == 0) {
                 t0 = now;
                 p->waits++;
-            } else if (!warned && rt != NULL && now - t0 >= STALL_WARN_NS) {
+                /* the runtime's interrupt check, taken with no lock held
+                 * (runtime.h, "Interrupts") */
+                hcb__mutex_unlock(&p->mu);
+                if (rt != NULL)
+                    hcb__runtime_wait_begin(
+                        rt, HCB_DEVICE(HCB_PLATFORM_CUDA, ordinal), &wait);
+                else
+                    hcb__wait_begin(&wait, NULL, 0);
+                hcb__mutex_lock(&p->mu);
+                continue; /* blocks may have come back meanwhile */
+            }
+            if (hcb__wait_due(&wait, now)) {
+                hcb__mutex_unlock(&p->mu);
+                stopped = hcb__wait_stopped(&wait);
+                hcb__mutex_lock(&p->mu);
+                if (stopped)
+                    break;
+                continue;
+            }
+            if (!warned && rt != NULL && now - t0 >= STALL_WARN_NS) {
                 warned = true;
                 if (describe_stall(p, now - t0, msg, sizeof msg)) {
                     hcb__mutex_unlock(&p->mu);
@@ -368,17 +394,26 @@ hcb__pinned_take(const hcb__cuda *api, hcb_runtime *rt, int ordinal, size_t n,
                     continue; /* blocks may have come back meanwhile */
                 }
             }
+            deadline = hcb__wait_deadline(
+                &wait, warned || rt == NULL ? 0 : t0 + STALL_WARN_NS);
             p->waiters++;
-            if (warned || rt == NULL)
+            if (deadline == 0)
                 hcb__cond_wait(&p->room, &p->mu);
             else
-                (void)hcb__cond_wait_until(&p->room, &p->mu,
-                                           t0 + STALL_WARN_NS);
+                (void)hcb__cond_wait_until(&p->room, &p->mu, deadline);
             p->waiters--;
         }
     }
-    p->refusals += b == NULL;
+    p->refusals += b == NULL && !stopped;
+    capacity = p->capacity;
     hcb__mutex_unlock(&p->mu);
+    if (stopped) {
+        hcb__wait_fail(&wait, err, "",
+                       "CUDA device %d interrupted while waiting for room in "
+                       "its pinned pool (%zu bytes)",
+                       ordinal, capacity);
+        return NULL;
+    }
     if (pin_failed && rt != NULL)
         hcb__runtime_warn(
             rt,

@@ -2,7 +2,7 @@
  * platform_cpu.c - the CPU platform: XLA's CPU buffers are host memory, so
  * a record is filled with memcpy and submitted at once, and a call target
  * reads and writes XLA's buffers themselves.  And the handlers libhcb
- * exports for platform "cpu" (include/hcb/ffi.h), over the bodies in
+ * exports for platform "cpu" (include/hcb/ffi_handlers.h), over the bodies in
  * handlers.h, compiled here.
  */
 #include <string.h>

@@ -25,8 +25,7 @@ note_call_wait(hcb_runtime *rt, channel *ch, const target *t, uint64_t mark,
         atomic_load_explicit(&ch->delivering, memory_order_relaxed);
     uint64_t now = hcb__now_ns(), last = atomic_load(&ch->call_noted_ns);
     uint64_t left = hcb__queue_delivered(&ch->queue);
-    const char *platform =
-        HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu";
+    const char *platform = hcb__platform_name(ch->device);
 
     left = mark > left ? mark - left : 0;
     if (delivered > 0) {
@@ -63,12 +62,15 @@ note_call_wait(hcb_runtime *rt, channel *ch, const target *t, uint64_t mark,
  * (note_call_wait), until it has said that no tap was delivered: the likely
  * cause is then a tap function that runs this very computation (it waits
  * for the call, which waits for it), and the call waits without a word
- * more. */
+ * more.  The runtime's interrupt check can stop the wait (runtime.h,
+ * "Interrupts"): the call then fails, and its function does not run. */
 static int
 deliver_earlier_taps(hcb_runtime *rt, channel *ch, const target *t,
                      hcb_error *err)
 {
-    uint64_t mark, waited_s = 0;
+    uint64_t mark, start, warn_at, before;
+    bool noting = true;
+    hcb__wait wait;
     int rc;
 
     if (hcb__queue_idle(&ch->queue))
@@ -77,20 +79,38 @@ deliver_earlier_taps(hcb_runtime *rt, channel *ch, const target *t,
         (rc = hcb__ensure_consumer(ch, true, err)) != HCB_OK)
         return rc;
     mark = hcb__queue_mark(&ch->queue);
+    start = hcb__now_ns();
+    warn_at = start + HCB_CALL_WAIT_WARN_NS;
+    before = hcb__queue_delivered(&ch->queue);
+    hcb__runtime_wait_begin(rt, ch->device, &wait);
     for (;;) {
-        uint64_t before = hcb__queue_delivered(&ch->queue), delivered;
+        uint64_t now, delivered;
 
-        if (hcb__queue_wait_mark(&ch->queue, mark,
-                                 hcb__now_ns() + HCB_CALL_WAIT_WARN_NS))
+        if (hcb__queue_wait_mark(
+                &ch->queue, mark,
+                hcb__wait_deadline(&wait, noting ? warn_at : 0)))
             return HCB_OK;
-        waited_s += HCB_CALL_WAIT_WARN_NS / 1000000000u;
-        delivered = hcb__queue_delivered(&ch->queue) - before;
-        note_call_wait(rt, ch, t, mark, waited_s, delivered);
-        if (delivered == 0)
-            break;
+        now = hcb__now_ns();
+        if (noting && now >= warn_at) {
+            delivered = hcb__queue_delivered(&ch->queue) - before;
+            note_call_wait(rt, ch, t, mark, (now - start) / 1000000000u,
+                           delivered);
+            noting = delivered > 0;
+            before += delivered;
+            warn_at = now + HCB_CALL_WAIT_WARN_NS;
+        }
+        if (hcb__wait_stopped(&wait)) {
+            uint64_t left = hcb__queue_delivered(&ch->queue);
+
+            return hcb__wait_fail(
+                &wait, err, "",
+                "call '%s' on %s:%d interrupted while waiting for the %llu "
+                "taps its device issued before it",
+                t->name, hcb__platform_name(ch->device),
+                (int)HCB_DEVICE_ORDINAL(ch->device),
+                (unsigned long long)(mark > left ? mark - left : 0));
+        }
     }
-    hcb__queue_wait_mark(&ch->queue, mark, 0);
-    return HCB_OK;
 }
 
 int

@@ -44,8 +44,7 @@ channel_new(hcb_runtime *rt, hcb_device device, hcb_error *err)
         return NULL;
     }
     hcb__queue_set_stall(&ch->queue, hcb__channel_stalled, ch, STALL_WARN_NS);
-    hcb__queue_set_check(&ch->queue, rt->submit_check, rt->submit_check_user,
-                         rt->submit_check_ns, device);
+    hcb__queue_set_check(&ch->queue, &rt->interrupt, device); /* under mu */
     if (hcb__mutex_init(&ch->lifecycle) != HCB_OK) {
         hcb__queue_destroy(&ch->queue);
         hcb__free(ch);
@@ -159,9 +158,7 @@ hcb__ensure_consumer(channel *ch, bool recheck, hcb_error *err)
         return HCB_OK;
     hcb__mutex_lock(&ch->lifecycle);
     if (!atomic_load_explicit(&ch->running, memory_order_relaxed)) {
-        snprintf(name, sizeof name, "hcb-%s-%d",
-                 HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu"
-                                                                     : "gpu",
+        snprintf(name, sizeof name, "hcb-%s-%d", hcb__platform_name(ch->device),
                  (int)HCB_DEVICE_ORDINAL(ch->device));
         hcb__queue_set_consumer_active(&ch->queue, true);
         rc = hcb__thread_create(&ch->thread, name, consumer_main, ch);
@@ -200,35 +197,28 @@ stop_channel(channel *ch)
             "CUDA error, or a kernel that never ends); the stop goes on "
             "without them.  If they land later, the next barrier_wait "
             "delivers them; if the process ends first, they are lost",
-            HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu",
-            (int)HCB_DEVICE_ORDINAL(ch->device), (unsigned long long)abandoned,
-            bytes, (double)atomic_load(&ch->queue.reserved_wait_ns) / 1e9);
+            hcb__platform_name(ch->device), (int)HCB_DEVICE_ORDINAL(ch->device),
+            (unsigned long long)abandoned, bytes,
+            (double)atomic_load(&ch->queue.reserved_wait_ns) / 1e9);
 }
 
-/* The error of a submit (or reservation) of `size` bytes whose check
- * stopped its wait for room, with the check's reason if it wrote one into
- * `err` (cleared before the push). */
+/* The error of a submit (or reservation) of `size` bytes whose wait for
+ * room the interrupt check stopped (`w`), with the check's reason. */
 static int
-stopped_error(channel *ch, size_t size, hcb_error *err)
+stopped_error(channel *ch, size_t size, const hcb__wait *w, hcb_error *err)
 {
-    char why[HCB_ERROR_MESSAGE_SIZE];
-
-    snprintf(why, sizeof why, "%s", err->message);
-    return hcb_error_set(
-        err, HCB_ECALLBACK,
+    return hcb__wait_fail(
+        w, err, "; the records queued before it are still delivered",
         "tap of %zu bytes on %s:%d interrupted while waiting for room in its "
-        "queue (bound %zu bytes)%s%s; the records queued before it are still "
-        "delivered",
-        size,
-        HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu",
-        (int)HCB_DEVICE_ORDINAL(ch->device), atomic_load(&ch->queue.max_bytes),
-        why[0] != '\0' ? ": " : "", why);
+        "queue (bound %zu bytes)",
+        size, hcb__platform_name(ch->device),
+        (int)HCB_DEVICE_ORDINAL(ch->device), atomic_load(&ch->queue.max_bytes));
 }
 
 int
 hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec, hcb_error *err)
 {
-    hcb_error local;
+    hcb__wait wait;
     channel *ch;
     int rc;
 
@@ -243,44 +233,38 @@ hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec, hcb_error *err)
         hcb_record_release(rec);
         return rc;
     }
-    if (err == NULL)
-        err = &local;
-    err->code = HCB_OK;
-    err->message[0] = '\0';
-    switch (hcb__queue_push(&ch->queue, rec, hcb__consumer == ch, err)) {
+    switch (hcb__queue_push(&ch->queue, rec, hcb__consumer == ch, &wait)) {
     case HCB__PUSH_QUEUED:
         return HCB_OK;
     case HCB__PUSH_NO_CONSUMER:
         return hcb__ensure_consumer(ch, true, err);
-    default: /* HCB__PUSH_STOPPED: the submit check ended the wait */
+    default: /* HCB__PUSH_STOPPED: the interrupt check ended the wait */
         break;
     }
-    rc = stopped_error(ch, rec->size, err);
+    rc = stopped_error(ch, rec->size, &wait, err);
     hcb_record_release(rec);
     return rc;
 }
 
 int
-hcb_runtime_set_submit_check(hcb_runtime *rt, uint64_t poll_ns,
-                             hcb_submit_check_fn check, void *user,
-                             hcb_error *err)
+hcb_runtime_set_interrupt(hcb_runtime *rt, uint64_t poll_ns, hcb_check_fn check,
+                          void *user, hcb_error *err)
 {
+    hcb__check c = {check, check != NULL ? user : NULL,
+                    check != NULL ? poll_ns : 0};
     size_t i;
 
     if (check != NULL && poll_ns == 0)
         return hcb_error_set(err, HCB_EINVAL,
-                             "submit check interval must be positive, got 0");
+                             "interrupt check interval must be positive, "
+                             "got 0");
     hcb__mutex_lock(&rt->mu);
-    rt->submit_check = check;
-    rt->submit_check_user = check != NULL ? user : NULL;
-    rt->submit_check_ns = check != NULL ? poll_ns : 0;
+    rt->interrupt = c;
     for (i = 0; i < CHANNEL_SLOTS; i++) {
         channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_relaxed);
 
         if (ch != NULL)
-            hcb__queue_set_check(&ch->queue, rt->submit_check,
-                                 rt->submit_check_user, rt->submit_check_ns,
-                                 ch->device);
+            hcb__queue_set_check(&ch->queue, &c, ch->device);
     }
     hcb__mutex_unlock(&rt->mu);
     return HCB_OK;
@@ -292,25 +276,21 @@ hcb__runtime_reserve(hcb_runtime *rt, hcb_device device, size_t bytes,
 {
     channel *ch = channel_get(rt, device, err);
     hcb__push_result res;
-    hcb_error local;
+    hcb__wait wait;
     int rc;
 
     if (ch == NULL)
-        return err->code;
+        return err != NULL ? err->code : HCB_ENOMEM;
     if ((rc = hcb__ensure_consumer(ch, false, err)) != HCB_OK)
         return rc;
-    if (err == NULL)
-        err = &local;
-    err->code = HCB_OK;
-    err->message[0] = '\0';
     /* a consumer that exited, or is exiting, when the room was reserved:
      * the room is given back (the exiting one may wait for it: queue.c,
      * "Reservations"); another is started here, on the reserving thread,
      * which may wait for a stop's join, and the room reserved again */
     while ((res = hcb__queue_reserve(&ch->queue, bytes, hcb__consumer == ch,
-                                     err)) != HCB__PUSH_QUEUED) {
-        if (res == HCB__PUSH_STOPPED) /* the submit check ended the wait */
-            return stopped_error(ch, bytes, err);
+                                     &wait)) != HCB__PUSH_QUEUED) {
+        if (res == HCB__PUSH_STOPPED) /* the interrupt check ended the wait */
+            return stopped_error(ch, bytes, &wait, err);
         if ((rc = hcb__ensure_consumer(ch, true, err)) != HCB_OK)
             return rc;
     }
@@ -330,12 +310,12 @@ hcb__runtime_unreserve(hcb_runtime *rt, hcb_device device, size_t bytes)
     hcb__queue_unreserve(&hcb__channel_find(rt, device)->queue, bytes);
 }
 
-/* Waits for the records submitted to `ch` so far; with `check`, wakes every
- * `poll_ns` to call it and stops when it returns nonzero. */
+/* Waits for the records submitted to `ch` so far; with a check, calls it
+ * as the wait begins and every poll interval, and stops when it says so. */
 static int
-barrier_channel(channel *ch, uint64_t poll_ns, hcb_check_fn check, void *user,
-                hcb_error *err)
+barrier_channel(channel *ch, const hcb__check *check, hcb_error *err)
 {
+    hcb__wait wait;
     uint64_t mark;
     int rc;
 
@@ -347,14 +327,15 @@ barrier_channel(channel *ch, uint64_t poll_ns, hcb_check_fn check, void *user,
         (rc = hcb__ensure_consumer(ch, true, err)) != HCB_OK)
         return rc;
     mark = hcb__queue_mark(&ch->queue);
-    if (check == NULL) {
-        hcb__queue_wait_mark(&ch->queue, mark, 0);
-        return HCB_OK;
-    }
-    while (!hcb__queue_wait_mark(&ch->queue, mark, hcb__now_ns() + poll_ns))
-        if (check(user) != 0)
-            return hcb_error_set(err, HCB_ECALLBACK,
-                                 "barrier interrupted by its check function");
+    hcb__wait_begin(&wait, check, ch->device);
+    while (
+        !hcb__queue_wait_mark(&ch->queue, mark, hcb__wait_deadline(&wait, 0)))
+        if (hcb__wait_stopped(&wait))
+            return hcb__wait_fail(
+                &wait, err, "; the records it waited for are still delivered",
+                "barrier on %s:%d interrupted by its check",
+                hcb__platform_name(ch->device),
+                (int)HCB_DEVICE_ORDINAL(ch->device));
     return HCB_OK;
 }
 
@@ -362,6 +343,7 @@ int
 hcb_runtime_barrier_poll(hcb_runtime *rt, hcb_device device, uint64_t poll_ns,
                          hcb_check_fn check, void *user, hcb_error *err)
 {
+    hcb__check c = {check, user, poll_ns};
     channel *ch;
     size_t i;
     int rc;
@@ -371,13 +353,11 @@ hcb_runtime_barrier_poll(hcb_runtime *rt, hcb_device device, uint64_t poll_ns,
                              "barrier poll interval must be positive, got 0");
     if (device != HCB_ALL_DEVICES) {
         ch = hcb__channel_find(rt, device);
-        return ch == NULL ? HCB_OK
-                          : barrier_channel(ch, poll_ns, check, user, err);
+        return ch == NULL ? HCB_OK : barrier_channel(ch, &c, err);
     }
     for (i = 0; i < CHANNEL_SLOTS; i++) {
         ch = atomic_load_explicit(&rt->slots[i], memory_order_acquire);
-        if (ch != NULL &&
-            (rc = barrier_channel(ch, poll_ns, check, user, err)) != HCB_OK)
+        if (ch != NULL && (rc = barrier_channel(ch, &c, err)) != HCB_OK)
             return rc;
     }
     return HCB_OK;
@@ -393,8 +373,9 @@ int
 hcb_runtime_flush(hcb_runtime *rt, hcb_device device, hcb_error *err)
 {
     channel *ch = hcb__channel_find(rt, device);
-    uint64_t mark, nested, start, warn_at, next, seen_done = 0;
+    uint64_t mark, nested, start, warn_at, seen_done = 0;
     bool warned = false;
+    hcb__wait wait;
     int rc;
 
     /* Its own consumer would wait for itself (a tap function that runs a
@@ -409,13 +390,13 @@ hcb_runtime_flush(hcb_runtime *rt, hcb_device device, hcb_error *err)
     seen_done = atomic_load(&ch->queue.done);
     start = hcb__now_ns();
     warn_at = start + HCB_CALL_WAIT_WARN_NS;
+    hcb__runtime_wait_begin(rt, device, &wait);
     for (;;) {
         uint64_t now, done;
 
-        next = hcb__now_ns() + HCB_INTERRUPT_POLL_NS;
-        if (!warned && next > warn_at)
-            next = warn_at;
-        if (hcb__queue_wait_mark(&ch->queue, mark, next)) {
+        if (hcb__queue_wait_mark(
+                &ch->queue, mark,
+                hcb__wait_deadline(&wait, warned ? 0 : warn_at))) {
             uint64_t more = hcb__queue_self_pushed(&ch->queue);
 
             if (more == nested)
@@ -449,22 +430,18 @@ hcb_runtime_flush(hcb_runtime *rt, hcb_device device, hcb_error *err)
                 "with debug callbacks or progress bars on the same device, "
                 "they wait for each other: run that computation on another "
                 "device, or outside the callback",
-                HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu"
-                                                                    : "gpu",
-                (int)HCB_DEVICE_ORDINAL(ch->device),
+                hcb__platform_name(device), (int)HCB_DEVICE_ORDINAL(device),
                 (double)(now - start) / 1e9,
                 (unsigned long long)(mark > done ? mark - done : 0),
                 (double)HCB_CALL_WAIT_WARN_NS / 1e9,
                 t != NULL ? t->name : "(none)");
         }
-        if (hcb__runtime_interrupted(rt))
-            return hcb_error_set(
-                err, HCB_ECALLBACK,
-                "interrupted while waiting for the "
-                "callbacks of %s:%d to run",
-                HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu"
-                                                                    : "gpu",
-                (int)HCB_DEVICE_ORDINAL(ch->device));
+        if (hcb__wait_stopped(&wait))
+            return hcb__wait_fail(&wait, err, "",
+                                  "interrupted while waiting for the "
+                                  "callbacks of %s:%d to run",
+                                  hcb__platform_name(device),
+                                  (int)HCB_DEVICE_ORDINAL(device));
     }
 }
 
@@ -485,8 +462,7 @@ hcb__channel_stalled(void *user, uint64_t waited_ns, uint64_t delivered)
     uint64_t last = atomic_load(&ch->stall_warned_ns);
     uint64_t pushed = hcb__queue_mark(&ch->queue);
     uint64_t left = hcb__queue_delivered(&ch->queue);
-    const char *platform =
-        HCB_DEVICE_PLATFORM(ch->device) == HCB_PLATFORM_CPU ? "cpu" : "gpu";
+    const char *platform = hcb__platform_name(ch->device);
 
     if ((last != 0 && now - last < STALL_WARN_EVERY_NS) ||
         !atomic_compare_exchange_strong(&ch->stall_warned_ns, &last, now))

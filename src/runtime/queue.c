@@ -65,11 +65,12 @@
  * down (back-pressure); nothing is dropped.  A producer that has waited
  * `stall_ns` calls `stall_fn` once (channels.c warns: a tap function that
  * runs a computation on the waiting device deadlocks), with `mu` released,
- * and waits on.  A waiting producer also calls the queue's check as it
- * starts to wait and every `check_ns`, with `mu` released (Python's Ctrl-C:
- * hcb_runtime_set_submit_check);
- * when the check says stop, the producer gives its reservation up and the
- * push fails, leaving the record to the caller.
+ * and waits on.  A waiting producer also calls the queue's check (the
+ * runtime's interrupt check, interrupt.h) as it starts to wait and every
+ * poll interval, with `mu` released (Python's Ctrl-C:
+ * hcb_runtime_set_interrupt); when the check says stop, the producer
+ * reserves nothing and the push fails, leaving the record to the
+ * caller.
  *
  * Reservations.  A producer that cannot wait where its record is made (a
  * CUDA host function) reserves the record's bytes first, on a thread that
@@ -116,7 +117,7 @@
  *
  * Locks.  `mu` guards only sleeping and waiting; no other lock is taken
  * while holding it (channels.c takes the lifecycle lock *before* it), and no
- * callback (`stall_fn`, `check_fn`) is called while holding it.
+ * callback (`stall_fn`, the check) is called while holding it.
  */
 #include <sched.h>
 
@@ -173,9 +174,7 @@ hcb__queue_reset_after_fork(hcb__queue *q)
     void *stall_user = q->stall_user;
     uint64_t stall_ns = q->stall_ns;
     uint64_t reserved_wait_ns = atomic_load(&q->reserved_wait_ns);
-    hcb_submit_check_fn check_fn = q->check_fn;
-    void *check_user = q->check_user;
-    uint64_t check_ns = q->check_ns;
+    hcb__check check = q->check;
     hcb_device check_device = q->check_device;
 
     /* a failure leaves the old (unlocked-looking) memory: nothing better
@@ -183,9 +182,7 @@ hcb__queue_reset_after_fork(hcb__queue *q)
     (void)hcb__queue_init(q, max_bytes);
     hcb__queue_set_stall(q, stall_fn, stall_user, stall_ns);
     hcb__queue_set_reserved_wait(q, reserved_wait_ns);
-    q->check_fn = check_fn;
-    q->check_user = check_user;
-    q->check_ns = check_ns;
+    q->check = check;
     q->check_device = check_device;
 }
 
@@ -230,57 +227,49 @@ fits(const hcb__queue *q, size_t bytes, size_t size)
 }
 
 void
-hcb__queue_set_check(hcb__queue *q, hcb_submit_check_fn fn, void *user,
-                     uint64_t every_ns, hcb_device device)
+hcb__queue_set_check(hcb__queue *q, const hcb__check *check, hcb_device device)
 {
     hcb__mutex_lock(&q->mu);
-    q->check_fn = fn;
-    q->check_user = user;
-    q->check_ns = every_ns;
+    q->check = *check;
     q->check_device = device;
     hcb__mutex_unlock(&q->mu);
 }
 
-/* Calls the queue's check with `mu` released; true when it says stop. */
+/* Calls the wait's check if it is due, with `mu` released; true when it
+ * says stop. */
 static bool
-check_says_stop(hcb__queue *q, hcb_submit_check_fn check, void *user,
-                hcb_device device, uint64_t *state, hcb_error *err)
+check_says_stop(hcb__queue *q, hcb__wait *w)
 {
     bool stop;
 
     hcb__mutex_unlock(&q->mu);
-    stop = check(user, device, state, err) != 0;
+    stop = hcb__wait_stopped(w);
     hcb__mutex_lock(&q->mu);
     return stop;
 }
 
 /* Waits, with `mu` held and the caller counted in `waiters` and
  * `space_waiters`, until `size` bytes fit; calls the stall callback once
- * after `stall_ns`, and the check as it starts and every `check_ns`, each
- * with `mu` released.  Returns false when the check ended the wait. */
+ * after `stall_ns`, and the queue's check (begun in `w`) as it starts and
+ * every poll interval, each with `mu` released.  Returns false when the
+ * check ended the wait. */
 static bool
-wait_for_space(hcb__queue *q, size_t size, hcb_error *err)
+wait_for_space(hcb__queue *q, size_t size, hcb__wait *w)
 {
     uint64_t t0 = hcb__now_ns(), delivered = hcb__queue_delivered(q);
-    bool stalled = q->stall_fn == NULL, stopped = false;
-    hcb_submit_check_fn check = q->check_fn;
-    void *check_user = q->check_user;
-    hcb_device device = q->check_device;
-    uint64_t check_ns = q->check_ns, next_check = t0 + check_ns, state = 0;
-    hcb_error scratch;
+    bool stalled = q->stall_fn == NULL;
+    bool checked = q->check.fn != NULL, stopped;
+    hcb__wait local;
 
-    if (err == NULL) {
-        scratch.code = HCB_OK;
-        scratch.message[0] = '\0';
-        err = &scratch;
-    }
-    if (check != NULL)
-        stopped = check_says_stop(q, check, check_user, device, &state, err);
+    if (w == NULL)
+        w = &local;
+    hcb__wait_begin(w, &q->check, q->check_device);
+    stopped = checked && check_says_stop(q, w);
     while (!stopped && !fits(q, atomic_load(&q->bytes), size)) {
-        uint64_t deadline = stalled ? 0 : t0 + q->stall_ns, now = 0;
+        uint64_t deadline =
+            hcb__wait_deadline(w, stalled ? 0 : t0 + q->stall_ns);
+        uint64_t now = 0;
 
-        if (check != NULL && (deadline == 0 || next_check < deadline))
-            deadline = next_check;
         if (deadline == 0) {
             hcb__cond_wait(&q->progress, &q->mu);
             continue;
@@ -297,11 +286,8 @@ wait_for_space(hcb__queue *q, size_t size, hcb_error *err)
                         hcb__queue_delivered(q) - delivered);
             hcb__mutex_lock(&q->mu);
         }
-        if (check != NULL && now >= next_check) {
-            stopped =
-                check_says_stop(q, check, check_user, device, &state, err);
-            next_check = hcb__now_ns() + check_ns;
-        }
+        if (hcb__wait_due(w, now))
+            stopped = check_says_stop(q, w);
     }
     q->waits++;
     q->wait_ns += hcb__now_ns() - t0;
@@ -312,7 +298,7 @@ wait_for_space(hcb__queue *q, size_t size, hcb_error *err)
  * caller is the consumer itself (it would wait for itself).  Returns false
  * when the queue's check ended the wait (nothing reserved). */
 static bool
-reserve(hcb__queue *q, size_t size, bool self_consumer, hcb_error *err)
+reserve(hcb__queue *q, size_t size, bool self_consumer, hcb__wait *w)
 {
     size_t bytes = atomic_load_explicit(&q->bytes, memory_order_relaxed);
     size_t high;
@@ -330,7 +316,7 @@ reserve(hcb__queue *q, size_t size, bool self_consumer, hcb_error *err)
         count_done(q);
         hcb__mutex_lock(&q->mu);
         atomic_fetch_add(&q->waiters, 1);
-        waited = wait_for_space(q, size, err);
+        waited = wait_for_space(q, size, w);
         atomic_fetch_sub(&q->waiters, 1);
         atomic_fetch_sub(&q->space_waiters, 1);
         hcb__mutex_unlock(&q->mu);
@@ -373,9 +359,9 @@ wake_consumer(hcb__queue *q)
 
 hcb__push_result
 hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer,
-                hcb_error *err)
+                hcb__wait *wait)
 {
-    if (!reserve(q, rec->size, self_consumer, err))
+    if (!reserve(q, rec->size, self_consumer, wait))
         return HCB__PUSH_STOPPED;
     if (self_consumer)
         atomic_fetch_add(&q->self_pushed, 1);
@@ -388,9 +374,9 @@ hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer,
 
 hcb__push_result
 hcb__queue_reserve(hcb__queue *q, size_t size, bool self_consumer,
-                   hcb_error *err)
+                   hcb__wait *wait)
 {
-    if (!reserve(q, size, self_consumer, err))
+    if (!reserve(q, size, self_consumer, wait))
         return HCB__PUSH_STOPPED;
     atomic_fetch_add(&q->reserved_bytes, size);
     atomic_fetch_add(&q->reserved, 1); /* before the read: see Reservations */

@@ -6,6 +6,7 @@
 #ifndef HCB_QUEUE_H
 #define HCB_QUEUE_H
 
+#include "runtime/interrupt.h"
 #include "runtime/record.h"
 
 /* How long a closing consumer waits for reserved records when none
@@ -72,12 +73,11 @@ typedef struct hcb__queue {
     void *stall_user;
     uint64_t stall_ns;
 
-    /* Under mu: called (no lock held) by a producer waiting for space as
-     * it starts to wait and every `check_ns`; nonzero ends its wait (see
-     * hcb__queue_set_check).  NULL: none.  `check_device` is passed on. */
-    hcb_submit_check_fn check_fn;
-    void *check_user;
-    uint64_t check_ns;
+    /* Under mu: the runtime's interrupt check, which a producer waiting
+     * for space calls (no lock held) as it starts to wait and every poll
+     * interval; nonzero ends its wait (see hcb__queue_set_check).
+     * `check_device` is passed on. */
+    hcb__check check;
     hcb_device check_device;
 
     /* Never a record: it stands in the list when the queue is empty, so
@@ -109,13 +109,13 @@ void hcb__queue_set_stall(hcb__queue *q, void (*fn)(void *, uint64_t, uint64_t),
  * returns: two readings tell whether the queue moved between them. */
 uint64_t hcb__queue_delivered(hcb__queue *q);
 
-/* Has a producer waiting for space call `fn(user, device, &state, err)` as
- * it starts to wait and then every `every_ns`, with no lock held, in its own
- * thread (`state` starts at 0 for each wait): when it returns nonzero the
- * push stops waiting and fails (HCB__PUSH_STOPPED).  NULL: none.
- * Thread-safe; producers already waiting keep the check they started with. */
-void hcb__queue_set_check(hcb__queue *q, hcb_submit_check_fn fn, void *user,
-                          uint64_t every_ns, hcb_device device);
+/* Has a producer waiting for space call `check` (copied; a NULL fn: none)
+ * for `device` as it starts to wait and then every poll interval, with no
+ * lock held, in its own thread (interrupt.h): when it says stop the push
+ * stops waiting and fails (HCB__PUSH_STOPPED).  Thread-safe; producers
+ * already waiting keep the check they started with. */
+void hcb__queue_set_check(hcb__queue *q, const hcb__check *check,
+                          hcb_device device);
 
 /* What hcb__queue_push did. */
 typedef enum {
@@ -126,18 +126,19 @@ typedef enum {
 
 /* Appends `rec`, waiting while it does not fit under the bound.  Ownership
  * passes to the queue once queued; with HCB__PUSH_STOPPED (the check of
- * hcb__queue_set_check returned nonzero, and filled `err` when it could)
- * the caller keeps it.  `self_consumer` is true when the caller is this
- * queue's own consumer thread: it never waits (it would wait for itself).
- * `err` may be NULL. */
+ * hcb__queue_set_check said stop; `wait` then holds the wait, with the
+ * check's reason, for hcb__wait_fail) the caller keeps it.
+ * `self_consumer` is true when the caller is this queue's own consumer
+ * thread: it never waits (it would wait for itself).  `wait` (may be
+ * NULL) is the caller's, written only when the push waits. */
 hcb__push_result hcb__queue_push(hcb__queue *q, hcb_record *rec,
-                                 bool self_consumer, hcb_error *err);
+                                 bool self_consumer, hcb__wait *wait);
 
 /* The same in two steps, for a producer whose record is made later on a
  * thread that must not wait (a CUDA host function, once the record's
  * copies have landed).  hcb__queue_reserve takes room for `size` bytes,
  * waiting for it as hcb__queue_push does (the back-pressure falls on the
- * caller; `self_consumer`, the check and `err` as there), counts a
+ * caller; `self_consumer`, the check and `wait` as there), counts a
  * record on its way, and returns HCB__PUSH_QUEUED if a consumer is active;
  * if none is, it gives the room back and returns HCB__PUSH_NO_CONSUMER
  * (the caller starts one, after the stop that closed the queue, and
@@ -154,7 +155,7 @@ hcb__push_result hcb__queue_push(hcb__queue *q, hcb_record *rec,
  * arrives later waits in the queue for the next consumer (a barrier or
  * submit starts one). */
 hcb__push_result hcb__queue_reserve(hcb__queue *q, size_t size,
-                                    bool self_consumer, hcb_error *err);
+                                    bool self_consumer, hcb__wait *wait);
 void hcb__queue_push_reserved(hcb__queue *q, hcb_record *rec);
 void hcb__queue_unreserve(hcb__queue *q, size_t size);
 /* How long a closing consumer waits for reserved records while none

@@ -50,25 +50,14 @@ hcb_runtime_set_log(hcb_runtime *rt, hcb_log_fn fn, void *user)
 }
 
 void
-hcb_runtime_set_interrupt(hcb_runtime *rt, hcb_check_fn fn, void *user)
+hcb__runtime_wait_begin(hcb_runtime *rt, hcb_device device, hcb__wait *w)
 {
-    hcb__mutex_lock(&rt->mu);
-    rt->interrupt_fn = fn;
-    rt->interrupt_user = user;
-    hcb__mutex_unlock(&rt->mu);
-}
-
-bool
-hcb__runtime_interrupted(hcb_runtime *rt)
-{
-    hcb_check_fn fn;
-    void *user;
+    hcb__check check;
 
     hcb__mutex_lock(&rt->mu);
-    fn = rt->interrupt_fn;
-    user = rt->interrupt_user;
+    check = rt->interrupt;
     hcb__mutex_unlock(&rt->mu);
-    return fn != NULL && fn(user) != 0;
+    hcb__wait_begin(w, &check, device);
 }
 
 void

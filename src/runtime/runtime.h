@@ -34,8 +34,8 @@
  * while it calls into libhcb.
  * Lookups of channels and targets take no lock: both tables are append-only
  * and entries are published with release stores.  No lock is held while a
- * tap function, a call function, the log sink, a barrier's check or the
- * queue's stall callback (hcb__channel_stalled) runs.
+ * tap function, a call function, the log sink, an interrupt or barrier
+ * check or the queue's stall callback (hcb__channel_stalled) runs.
  *
  * Process-wide state (everything else lives in a runtime):
  *   - the allocation hook (base.c): every allocation site reaches it
@@ -103,14 +103,17 @@
  * and `delivering`.  The thread starts at the first warning and stops with
  * the runtime.
  *
- * Barriers that must react while they wait (Python's Ctrl-C) use
- * hcb_runtime_barrier_poll: the wait wakes every poll interval and calls
- * the caller's check, with no lock held.  A producer waiting for room does
- * the same with the runtime's submit check (hcb_runtime_set_submit_check);
- * a check that says stop fails that submit, and the record is released.
- * A computation's thread that waits at its end for its device's records
- * (hcb_runtime_flush) calls the runtime's interrupt check
- * (hcb_runtime_set_interrupt) the same way.
+ * Interrupts.  Every wait of a device's thread can be stopped by the
+ * runtime's interrupt check (hcb_runtime_set_interrupt, `interrupt`;
+ * interrupt.h): a submit or a reservation waiting for room (queue.c, which
+ * keeps a copy per queue), a call waiting for its device's earlier taps
+ * (calls.c), a flush (channels.c) and a GPU device waiting for its pinned
+ * pool (src/ffi/pinned.c).  Each takes the check as it begins to wait
+ * (hcb__runtime_wait_begin, or the queue's copy under its mu), calls it
+ * then and every poll interval with no lock held, and fails with
+ * HCB_ECALLBACK when it says stop; the records queued before are delivered
+ * as usual.  A barrier that must react while it waits
+ * (hcb_runtime_barrier_poll) calls its caller's check the same way.
  */
 #ifndef HCB_RUNTIME_H
 #define HCB_RUNTIME_H
@@ -179,11 +182,10 @@ struct hcb_runtime {
 
     hcb_log_fn log_fn; /* under mu */
     void *log_user;    /* under mu */
-    /* The check of producers waiting for room (hcb_runtime_set_submit_check),
-     * given to each channel's queue; under mu. */
-    hcb_submit_check_fn submit_check;
-    void *submit_check_user;
-    uint64_t submit_check_ns;
+    /* The interrupt check of every wait of a device's thread
+     * (hcb_runtime_set_interrupt), copied to each channel's queue; under
+     * mu. */
+    hcb__check interrupt;
 
     /* The warning thread (hcb__runtime_warn) and the messages it has to
      * log, oldest at warn_head; all under warn_mu. */
@@ -194,9 +196,6 @@ struct hcb_runtime {
     unsigned warn_head, warn_count;
     uint64_t warn_dropped; /* messages that found no free slot */
     char warn_msgs[WARN_SLOTS][HCB_ERROR_MESSAGE_SIZE];
-    /* Asked while a computation's thread waits (hcb_runtime_flush). */
-    hcb_check_fn interrupt_fn; /* under mu */
-    void *interrupt_user;      /* under mu */
 
     hcb__mutex err_mu;
     uint64_t pending_errors; /* under err_mu */
@@ -254,6 +253,13 @@ hcb__target_get(hcb_runtime *rt, uint64_t id)
     return &chunk[(id - 1) % TARGET_CHUNK];
 }
 
+/* A device's platform in messages ("cpu:0", "gpu:1"). */
+static inline const char *
+hcb__platform_name(hcb_device device)
+{
+    return HCB_DEVICE_PLATFORM(device) == HCB_PLATFORM_CPU ? "cpu" : "gpu";
+}
+
 /* The ordinal of the process's only CPU device, or -1 (see
  * hcb_runtime_set_only_cpu_device). */
 static inline int32_t
@@ -296,9 +302,9 @@ void hcb__runtime_warn(hcb_runtime *rt, const char *fmt, ...) HCB_PRINTF(2, 3);
 /* Stops the warning thread once it has logged what it holds (stop and
  * destroy; a later warning starts it again). */
 void hcb__runtime_warn_stop(hcb_runtime *rt);
-/* Calls the runtime's interrupt check (hcb_runtime_set_interrupt), if any,
- * with no lock held: whether it asks to stop waiting. */
-bool hcb__runtime_interrupted(hcb_runtime *rt);
+/* Begins a wait of `device` with the runtime's interrupt check as it is
+ * now ("Interrupts" above).  Takes rt->mu: call it with no lock held. */
+void hcb__runtime_wait_begin(hcb_runtime *rt, hcb_device device, hcb__wait *w);
 
 /* calls.c */
 /* Parks `error` for call `id` until `ndevices` devices have taken it;

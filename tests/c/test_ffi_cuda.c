@@ -387,6 +387,128 @@ test_a_full_queue_makes_xla_thread_wait_never_the_stream(void **state)
     assert_int_equal(ps.syncs, 0);
 }
 
+/* Taps from a thread of their own, keeping the message of the first that
+ * fails. */
+typedef struct failing_tapper {
+    int32_t *data;
+    int64_t n;
+    uint64_t id;
+    int count;
+    atomic_int done, failed;
+    char first_error[HCB_ERROR_MESSAGE_SIZE];
+} failing_tapper;
+
+static void *
+failing_tapper_main(void *arg)
+{
+    failing_tapper *t = arg;
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    int i;
+
+    for (i = 0; i < t->count; i++) {
+        if (tap(t->data, t->n, t->id, msg) == 0) {
+            atomic_fetch_add(&t->done, 1);
+        } else if (atomic_fetch_add(&t->failed, 1) == 0) {
+            memcpy(t->first_error, msg, sizeof msg);
+        }
+    }
+    return NULL;
+}
+
+/* The runtime's interrupt check of the test: says stop once asked to. */
+static atomic_bool stop_waits;
+static atomic_int checks;
+
+static int
+stop_when_asked(void *user, hcb_device device, uint64_t *wait_state,
+                hcb_error *err)
+{
+    (void)user, (void)wait_state;
+    assert_int_equal(device, DEVICE);
+    atomic_fetch_add(&checks, 1);
+    if (!atomic_load(&stop_waits))
+        return 0;
+    hcb_error_set(err, HCB_ECALLBACK, "asked to stop");
+    return 1;
+}
+
+/* Runs `t` until its taps wait (the check was asked), then has the check
+ * say stop: every tap that waits then fails with the check's reason, the
+ * others go through, and nothing is left reserved. */
+static void
+run_until_stopped(failing_tapper *t)
+{
+    pthread_t th;
+    int i;
+
+    atomic_store(&stop_waits, false);
+    atomic_store(&checks, 0);
+    assert_int_equal(
+        hcb_runtime_set_interrupt(rt, 5000000u, stop_when_asked, NULL, NULL),
+        HCB_OK);
+    pthread_create(&th, NULL, failing_tapper_main, t);
+    for (i = 0; i < 5000 && atomic_load(&checks) < 2; i++)
+        tu_sleep_us(1000);
+    atomic_store(&stop_waits, true);
+    pthread_join(th, NULL);
+    assert_int_equal(hcb_runtime_set_interrupt(rt, 0, NULL, NULL, NULL),
+                     HCB_OK);
+    assert_true(atomic_load(&t->failed) >= 1);
+    assert_int_equal(atomic_load(&t->done) + atomic_load(&t->failed), t->count);
+    assert_non_null(strstr(t->first_error, ": asked to stop"));
+}
+
+/* Once the stream has run and the runtime delivered: nothing reserved. */
+static void
+expect_nothing_reserved(void)
+{
+    hcb_stats st = HCB_STATS_INIT;
+
+    fake_stream_drain(stream);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
+    assert_int_equal(hcb_runtime_stats(rt, DEVICE, &st, NULL), HCB_OK);
+    assert_int_equal(st.reserved_records, 0);
+    assert_int_equal(st.queued_records, 0);
+}
+
+/* Every wait of the device's XLA thread can be stopped by the runtime's
+ * interrupt check (Python's Ctrl-C): one for room in its pinned pool, one
+ * for room in its queue.  The taps that waited fail and give back what
+ * they took; those before them are delivered. */
+static void
+test_xla_thread_waits_stop_when_the_check_says_so(void **state)
+{
+    static int32_t big[32768]; /* 128 KiB: 7 fit in the 1 MiB pool */
+    static int32_t x[4096];    /* 16 KiB */
+    failing_tapper pool_wait = {big, 32768, 0, 20, 0, 0, ""};
+    failing_tapper queue_wait = {x, 4096, 0, 20, 0, 0, ""};
+
+    (void)state;
+    pool_wait.id = sink_id;
+    fake_stream_hold(stream, true);
+    run_until_stopped(&pool_wait);
+    assert_non_null(strstr(pool_wait.first_error,
+                           "CUDA device 3 interrupted while waiting for room "
+                           "in its pinned pool (1048576 bytes): asked to "
+                           "stop"));
+    fake_stream_hold(stream, false);
+    expect_nothing_reserved();
+    assert_int_equal(tu_sink_count(sink), (size_t)atomic_load(&pool_wait.done));
+
+    queue_wait.id = gate_id;
+    atomic_store(&gate_open, false);
+    assert_int_equal(hcb_runtime_set_max_queue_bytes(rt, 64 << 10, NULL),
+                     HCB_OK);
+    run_until_stopped(&queue_wait);
+    assert_non_null(strstr(queue_wait.first_error,
+                           "bytes on gpu:3 interrupted while waiting for room "
+                           "in its queue (bound 65536 bytes): asked to stop"));
+    atomic_store(&gate_open, true);
+    expect_nothing_reserved();
+    assert_int_equal(atomic_load(&gate_seen), atomic_load(&queue_wait.done));
+    assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 0);
+}
+
 /* One record kept by its tap function holds its own bytes of the pool and
  * nothing else: 1,000 taps of 16 KiB through the 1 MiB pool after it never
  * wait for the stream. */
@@ -1056,6 +1178,8 @@ main(void)
         cmocka_unit_test_setup_teardown(
             test_a_long_wait_for_the_pool_is_warned_naming_what_holds_it, setup,
             teardown),
+        cmocka_unit_test_setup_teardown(
+            test_xla_thread_waits_stop_when_the_check_says_so, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_memory_that_cannot_be_pinned_falls_back_to_synchronised_copies,
             setup, teardown),

@@ -1,6 +1,6 @@
 /*
- * testutil.h - helpers shared by the C tests: a failing allocator and a
- * recording tap target.
+ * testutil.h - helpers shared by the C tests: a failing allocator, a
+ * recording tap target and one that holds a record until released.
  */
 #ifndef HCB_TESTUTIL_H
 #define HCB_TESTUTIL_H
@@ -161,6 +161,77 @@ tu_record(uint64_t id, hcb_device dev, int32_t value, size_t count)
     assert_int_equal(hcb_record_create(id, dev, &a, 1, &rec, NULL), HCB_OK);
     free(data);
     return rec;
+}
+
+/* A runtime whose queues hold `bound` bytes. */
+static inline hcb_runtime *
+tu_new_runtime(size_t bound)
+{
+    hcb_runtime_options o = HCB_RUNTIME_OPTIONS_INIT;
+    hcb_runtime *rt = NULL;
+
+    o.max_queue_bytes = bound;
+    assert_int_equal(hcb_runtime_create(&o, &rt, NULL), HCB_OK);
+    return rt;
+}
+
+/* ---- a tap target that holds the records of one value until released ---
+ * It counts what it saw in atomics only (fork-safe: no lock). */
+
+typedef struct tu_gate {
+    int32_t hold;        /* the value to hold, -1: none */
+    atomic_int holding;  /* a tap function holds `hold` now */
+    atomic_int release;  /* let it go */
+    atomic_int seen[16]; /* per value < 16: how often delivered */
+    atomic_int total;
+} tu_gate;
+
+static inline int
+tu_gate_fn(void *user, hcb_record *rec, hcb_error *err)
+{
+    tu_gate *g = user;
+    int32_t v;
+
+    (void)err;
+    memcpy(&v, hcb_record_args(rec)[0].data, sizeof v);
+    if (v == g->hold) {
+        atomic_store(&g->holding, 1);
+        while (!atomic_load(&g->release))
+            tu_sleep_us(1000);
+        atomic_store(&g->holding, 0);
+    }
+    if (v >= 0 && v < 16)
+        atomic_fetch_add(&g->seen[v], 1);
+    atomic_fetch_add(&g->total, 1);
+    return 0;
+}
+
+/* Registers a gate (named "gate") that holds the records of value `hold`. */
+static inline uint64_t
+tu_register_gate(hcb_runtime *rt, tu_gate *g, int32_t hold)
+{
+    hcb_tap_target t = HCB_TAP_TARGET_INIT;
+    uint64_t id = 0;
+
+    memset(g, 0, sizeof *g);
+    g->hold = hold;
+    t.fn = tu_gate_fn;
+    t.user = g;
+    t.name = "gate";
+    t.name_len = 4;
+    assert_int_equal(hcb_runtime_register_tap(rt, &t, &id, NULL), HCB_OK);
+    return id;
+}
+
+/* Waits (5 s at most) until the gate holds a record. */
+static inline void
+tu_wait_holding(tu_gate *g)
+{
+    int i;
+
+    for (i = 0; i < 5000 && !atomic_load(&g->holding); i++)
+        tu_sleep_us(1000);
+    assert_true(atomic_load(&g->holding));
 }
 
 #endif

@@ -225,3 +225,47 @@ def test_ctrl_c_while_a_computation_waits_for_its_callbacks() -> None:
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.splitlines() == ["interrupted", "after 1.0",
                                       "result 3.0"]
+
+
+def test_ctrl_c_ends_the_wait_of_a_computation_in_another_thread() -> None:
+  """A thread other than the main one runs a computation that waits at its
+  end for a callback that does not return: Ctrl-C makes that computation
+  fail in its thread, naming Ctrl-C, and the runtime goes on working."""
+  proc = run_python("""
+      import os, signal, threading
+      import jax, jax.numpy as jnp
+      from host_callback import debug
+      started, release = threading.Event(), threading.Event()
+      def cb(v):
+        started.set()
+        release.wait()
+      f = jax.jit(lambda x: (debug.callback(cb, x), x + 1)[1])
+      out = []
+      def worker():
+        try:
+          out.append(float(f(jnp.float32(1))))
+        except Exception as e:
+          out.append(f"{type(e).__name__}: {e}")
+      t = threading.Thread(target=worker)
+      t.start()
+      started.wait()
+      for _ in range(3):  # Ctrl-C, pressed again if it came before the wait
+        try:
+          os.kill(os.getpid(), signal.SIGINT)
+          t.join(10)
+        except KeyboardInterrupt:
+          t.join(10)
+        if not t.is_alive():
+          break
+      print("worker:", *out)
+      release.set()
+      t.join()
+      g = jax.jit(lambda x: (debug.print("after {}", x), x + 2)[1])
+      print("result", float(g(jnp.float32(1))))
+      """, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  lines = proc.stdout.splitlines()
+  assert lines[0].startswith("worker: "), proc.stdout
+  assert ("interrupted while waiting for the callbacks of cpu:0 to run: "
+          "Ctrl-C (SIGINT)") in lines[0], proc.stdout
+  assert lines[1:] == ["after 1.0", "result 3.0"], proc.stdout

@@ -196,6 +196,55 @@ def test_ctrl_c_interrupts_barrier_wait_while_devices_wait_on_a_full_queue():
   assert "interrupted" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
 
 
+def test_ctrl_c_while_a_call_waits_for_the_taps_before_it():
+  # A call waits for its device's earlier tap, whose function never
+  # returns, on the main thread (XLA runs the small program inline there):
+  # Ctrl-C fails that computation, naming the call and Ctrl-C (or jaxlib
+  # raises KeyboardInterrupt first), Python raises KeyboardInterrupt, the
+  # call's function never runs for it, and the next computation works once
+  # the tap function returns.
+  proc = run_python("""
+      import os, signal, threading, time
+      import jax, jax.numpy as jnp
+      import host_callback as hcb
+      release = threading.Event()
+      ran = []
+      def fn(v):
+        ran.append(float(v))
+        return v + 1
+      def tap(x, transforms):
+        if x == 1:
+          release.wait()
+      f = jax.jit(lambda x: hcb.call(fn, hcb.id_tap(tap, x), result_shape=x))
+      f(jnp.float32(0))  # compiled, and run once: the SIGINT finds it waiting
+      ran.clear()
+      threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+      error = None
+      try:
+        try:
+          float(f(jnp.float32(1)))
+        except Exception as e:  # the computation that waited
+          error = e
+          for _ in range(100):  # then Python's handler of Ctrl-C
+            time.sleep(0.01)
+        print("error:", error, flush=True)
+      except KeyboardInterrupt:
+        print("KeyboardInterrupt; error:", error, flush=True)
+      release.set()
+      hcb.barrier_wait()
+      print("ran", ran, flush=True)
+      print("result", float(f(jnp.float32(2))), ran, flush=True)
+  """, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lines = proc.stdout.splitlines()
+  assert lines[0].startswith("KeyboardInterrupt; error: "), proc.stdout
+  if not lines[0].endswith("error: None"):  # the computation failed first
+    assert ("call 'fn' on cpu:0 interrupted while waiting for the 1 taps "
+            "its device issued before it: Ctrl-C (SIGINT)") in lines[0], \
+        proc.stdout
+  assert lines[1:] == ["ran []", "result 3.0 [2.0]"], proc.stdout
+
+
 def test_ctrl_c_ends_the_exit_flush_of_a_tap_that_never_returns():
   # The script ends while its tap function never returns: the at-exit flush
   # waits for it.  Ctrl-C then ends the process at once, saying what is
