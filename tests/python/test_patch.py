@@ -34,6 +34,13 @@ import _host_callback_startup as startup
 import host_callback as hcb
 from host_callback import debug as hcb_debug
 
+# Other test files that share this process imported JAX's callbacks by
+# name before these tests patch, so each patch_jax() warns about them; one
+# test below checks that warning, with a module of its own.
+pytestmark = pytest.mark.filterwarnings(
+    r"ignore:host_callback\.patch_jax\(\). these modules imported"
+    ":RuntimeWarning")
+
 LEGACY = "jax.experimental.host_callback"
 
 # (module, name, host_callback's object) for every name patch_jax replaces.
