@@ -153,16 +153,21 @@ pytest: install
 # The Python suite on the other supported JAX versions.  The last (newest)
 # combination runs a package built against the oldest supported XLA FFI
 # header (JAX 0.10.2's, from .venv): a binary built against the oldest
-# header must register and run under the newest JAX.
+# header must register and run under the newest JAX.  Every test runs on
+# each; the few that repeat a scenario hundreds of times to catch a rare race
+# (an exit, a barrier) repeat it a fifth as often there
+# (HOST_CALLBACK_TEST_REPEAT, tests/python/conftest.py).
+MATRIX_REPEAT ?= 0.2
 pytest-matrix: $(addprefix pytest-,$(MATRIX))
 
 pytest-py%: .venv-py%/.deps setup
 	$(if $(filter py$*,$(lastword $(MATRIX))),HCB_XLA_INCLUDE_DIR=$(XLA_INC)) $(call PIP_INSTALL,.venv-py$*)
-	.venv-py$*/bin/python $(PYTEST) tests/python
+	HOST_CALLBACK_TEST_REPEAT=$(MATRIX_REPEAT) .venv-py$*/bin/python $(PYTEST) tests/python
 
 # `pip install .` as a user runs it: build isolation, a fresh venv, PyPI.
+# Its three tests run at once (much of their time is downloads).
 test-install: setup
-	$(PY) -m pytest -q -p no:cacheprovider tests/install
+	$(PY) -m pytest -q -p no:cacheprovider -n 3 tests/install
 
 # ---- client libraries (tests/clients; docs/migrating.md) ---------------------
 # Pinned releases of libraries that use JAX's callbacks, run unchanged with

@@ -8,6 +8,7 @@ The test session has 4 CPU devices (set before JAX initialises)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,20 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import host_callback as hcb  # noqa: E402
+
+# How often the tests that hunt rare races repeat their scenario: as
+# written at 1 (make pytest, the main combination), fewer times at the
+# HOST_CALLBACK_TEST_REPEAT that make pytest-matrix sets for the other
+# combinations (each still runs every test; a scenario that holds on the
+# main combination's hundreds of runs is checked there for the version).
+REPEAT = float(os.environ.get("HOST_CALLBACK_TEST_REPEAT", "1"))
+
+
+def repeats(n: int) -> int:
+  """``n`` repetitions, scaled by ``HOST_CALLBACK_TEST_REPEAT``: at least
+  one."""
+  return max(1, round(n * REPEAT))
+
 
 # Every dtype a callback carries without x64 (the 64-bit ones need x64 and
 # are tested in subprocesses).
@@ -86,3 +101,45 @@ def run_python(code: str, env: dict[str, str] | None = None,
   return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
                         capture_output=True, text=True, env=full_env,
                         timeout=timeout)
+
+
+def run_python_until(code: str, pattern: str, stream: str,
+                     env: dict[str, str] | None = None,
+                     timeout: float = 60) -> tuple[str, str, int | None]:
+  """Runs ``code`` as :func:`run_python` does, until ``pattern`` (a regular
+  expression, multiline) matches what it wrote to ``stream`` ("stdout" or
+  "stderr") so far, or it ends, or ``timeout`` seconds pass; a process
+  still running then is killed.  For a program that must say something
+  and then hang (a deadlock diagnosed): the test waits for the words, not
+  for the timeout.  Returns (stdout, stderr, the exit status, or None when
+  it was killed)."""
+  full_env = dict(os.environ)
+  full_env.update(env or {})
+  proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, env=full_env)
+  text = {"stdout": "", "stderr": ""}
+  seen = threading.Event()
+  lock = threading.Lock()
+
+  def read(name: str) -> None:
+    for line in getattr(proc, name):
+      with lock:
+        text[name] += line
+        if name == stream and re.search(pattern, text[name], re.M):
+          seen.set()
+    if name == stream:
+      seen.set()  # it ended: nothing more will come
+
+  readers = [threading.Thread(target=read, args=(n,), daemon=True)
+             for n in text]
+  for r in readers:
+    r.start()
+  seen.wait(timeout)
+  status = proc.poll()
+  if status is None:
+    proc.kill()
+  proc.wait()
+  for r in readers:
+    r.join()
+  return text["stdout"], text["stderr"], status

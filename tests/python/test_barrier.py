@@ -25,7 +25,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import host_callback as hcb
 
-from conftest import run_python
+from conftest import repeats, run_python
 
 HERE = os.path.dirname(__file__)
 
@@ -247,16 +247,17 @@ print(f"{mode}: {len(early)} early returns in {it + 1} iterations; "
 
 
 @pytest.mark.parametrize("mode", ["pmap", "shard_map", "jit_sharded"])
-def test_1000_barriers_after_8_device_programs_none_early(mode, tmp_path):
+def test_barriers_after_8_device_programs_none_early(mode, tmp_path):
   script = tmp_path / "stress.py"
   script.write_text(STRESS)
   start = time.monotonic()
-  done = subprocess.run([sys.executable, str(script), mode, "1000"],
+  n = repeats(1000)
+  done = subprocess.run([sys.executable, str(script), mode, str(n)],
                         capture_output=True, text=True, timeout=240)
   assert done.returncode == 0, done.stderr[-3000:]
   summary = done.stdout.strip().splitlines()[-1]
   print(summary, f"({time.monotonic() - start:.1f} s)")
-  assert summary.startswith(f"{mode}: 0 early returns in 1000 iterations")
+  assert summary.startswith(f"{mode}: 0 early returns in {n} iterations")
 
 
 def test_two_processes_barriers_none_early():
@@ -268,7 +269,8 @@ def test_two_processes_barriers_none_early():
     port = str(s.getsockname()[1])
   worker = os.path.join(HERE, "barrier_worker.py")
   env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
-  procs = [subprocess.Popen([sys.executable, worker, str(i), port, "300"],
+  procs = [subprocess.Popen([sys.executable, worker, str(i), port,
+                             str(repeats(300))],
                             env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
            for i in range(2)]
@@ -363,9 +365,9 @@ for i in range(20):
 """
 
 
-def test_exit_after_taps_in_sharded_jit_50_runs(tmp_path):
-  """Exits right after dispatching taps in a jit over sharded operands.
-  Each must exit 0 (no 'Fatal Python error: PyGILState_Release' and no
+def test_exit_after_taps_in_sharded_jit_every_run(tmp_path):
+  """Exits right after dispatching taps in a jit over sharded operands, 40
+  runs (scaled by HOST_CALLBACK_TEST_REPEAT).  Each must exit 0 (no 'Fatal Python error: PyGILState_Release' and no
   'terminate called': computations still running JAX's Python callback
   while the interpreter finalised), with all 80 taps printed."""
   script = tmp_path / "exit.py"
@@ -379,10 +381,11 @@ def test_exit_after_taps_in_sharded_jit_50_runs(tmp_path):
                   if line.startswith("tap "))
     return done.returncode, taps, done.stderr[-2000:]
 
+  runs = repeats(40)
   with concurrent.futures.ThreadPoolExecutor(2) as pool:
-    results = list(pool.map(run, range(50)))
+    results = list(pool.map(run, range(runs)))
   failed = [(rc, len(taps), err) for rc, taps, err in results
             if rc != 0 or taps != expected]
-  assert not failed, (f"{len(failed)} of 50 runs failed; first: "
+  assert not failed, (f"{len(failed)} of {runs} runs failed; first: "
                       f"rc={failed[0][0]}, {failed[0][1]} of 80 taps, "
                       f"stderr: {failed[0][2]}")

@@ -34,6 +34,8 @@ from jax._src import pretty_printer as pp
 import host_callback as hcb
 from host_callback import _print
 
+from conftest import repeats
+
 
 # ---- the reference ----------------------------------------------------------
 
@@ -191,10 +193,12 @@ PRINT_OPTIONS = st.fixed_dictionaries({}, optional={
 })
 
 def test_differential_against_numpy_array2string():
-  """At least 20,000 random arrays, zero mismatches."""
+  """At least 20,000 random arrays (scaled by HOST_CALLBACK_TEST_REPEAT),
+  zero mismatches."""
   checked = [0]
+  draws = repeats(2100)
 
-  @hypothesis.settings(max_examples=2100, deadline=None, database=None,
+  @hypothesis.settings(max_examples=draws, deadline=None, database=None,
                        suppress_health_check=list(hypothesis.HealthCheck))
   @hypothesis.given(st.lists(any_array(), min_size=10, max_size=10),
                     st.one_of(st.none(), st.integers(0, 60)), PRINT_OPTIONS)
@@ -207,7 +211,7 @@ def test_differential_against_numpy_array2string():
     checked[0] += len(arrays)
 
   check()
-  assert checked[0] >= 20_000
+  assert checked[0] >= 10 * repeats(2000)
 
 
 def small_array() -> st.SearchStrategy[np.ndarray]:

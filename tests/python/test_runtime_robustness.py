@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import run_python
+from conftest import run_python, run_python_until
 
 # A 16e6-byte queue (the least allowed) and 1 MB taps: about 15 fit.
 SMALL_QUEUE = {"HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE": "16e6"}
@@ -279,7 +279,7 @@ def test_tap_running_jax_on_its_own_device_is_diagnosed(inner):
   # a call inside, the first tap already waits: the call waits for the
   # device's earlier taps, the running one included.)
   # Within 5 s the runtime must say so (logger host_callback); the
-  # deadlocked process is ended by the timeout.
+  # deadlocked process is killed as soon as it has said so (at most 12 s).
   code = f"""
       import logging, os, sys, threading, time
       import jax, jax.numpy as jnp, numpy as np
@@ -307,10 +307,8 @@ def test_tap_running_jax_on_its_own_device_is_diagnosed(inner):
       hcb.barrier_wait()
       print("completed", flush=True)
   """
-  try:
-    out = run_python(code, env=SMALL_QUEUE, timeout=12).stdout
-  except subprocess.TimeoutExpired as e:
-    out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
+  out, _, _ = run_python_until(code, r"^completed$|has waited.*$", "stdout",
+                               env=SMALL_QUEUE, timeout=12)
   if "completed" in out:
     return
   warning = re.search(r"^\[(\S+)\] (.*(has waited).*)$", out, re.M)
