@@ -27,6 +27,7 @@ from hcb_bench.harness import SMOKE
 from hcb_bench.harness import Config
 from hcb_bench.harness import progress
 from hcb_bench.native import Native
+from hcb_bench.per_call import measure_per_call
 from hcb_bench.plots import plot_dispatch
 from hcb_bench.plots import plot_payload
 from hcb_bench.progress_bars import measure_progress
@@ -44,26 +45,27 @@ def run(cfg: Config, out_dir: str, clients_python: str | None = None
   start = time.perf_counter()
   with tempfile.TemporaryDirectory(prefix="hcb-bench-") as build_dir:
     native = Native(build_dir)
-    progress("1/9 per-step cost in a scan")
+    progress("1/10 per-step cost in a scan")
     steps = measure_per_step(cfg, native)
-    progress("2/9 payload sweep")
+    progress("2/10 payload sweep")
     payload = measure_payload(cfg, native)
-    progress("3/9 dispatch")
+    progress("3/10 dispatch")
     dispatch = measure_dispatch(cfg, native)
-  progress("4/9 printing")
+  progress("4/10 printing")
   printing = measure_printing(cfg)
-  progress("5/9 back-pressure (child process)")
+  progress("5/10 back-pressure (child process)")
   backpressure = measure_backpressure(cfg)
-  progress("6/9 progress bars")
+  progress("6/10 progress bars")
   bars = measure_progress(cfg)
-  progress("7/9 drop-ins against JAX's callbacks")
+  progress("7/10 drop-ins against JAX's callbacks")
   dropins = measure_dropins(cfg)
-  progress("8/9 compile time against the number of leaves tapped")
+  progress("8/10 compile time against the number of leaves tapped")
   compile_time = measure_compile_time(cfg)
-  progress("9/9 client libraries, patched against unpatched (children)")
+  progress("9/10 client libraries, patched against unpatched (children)")
+  clients = measure_clients(cfg, clients_python)
+  progress("10/10 one callback per call, idle and beside a busy process")
   m = Measurements(steps, payload, dispatch, printing, backpressure, bars,
-                   dropins, compile_time,
-                   measure_clients(cfg, clients_python))
+                   dropins, compile_time, clients, measure_per_call(cfg))
   goals = targets(m)
   plot_per_step(m.steps, os.path.join(out_dir, "per_step.png"))
   plot_payload(m.payload, os.path.join(out_dir, "payload.png"))

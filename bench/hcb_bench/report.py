@@ -27,6 +27,9 @@ from hcb_bench.harness import Config
 from hcb_bench.harness import MiB
 from hcb_bench.harness import num
 from hcb_bench.harness import size_label
+from hcb_bench.per_call import CONDITIONS
+from hcb_bench.per_call import KINDS as PER_CALL_KINDS
+from hcb_bench.per_call import PerCallResult
 from hcb_bench.progress_bars import ProgressResult
 from hcb_bench.targets import Measurements
 from hcb_bench.targets import Target
@@ -77,6 +80,17 @@ def gap_notes(m: Measurements, goals: list[Target]) -> list[str]:
         f"`progress.scan_tqdm` {us(r.ours.median)}, jax-tqdm "
         f"{us(r.theirs.median)} per step over a plain scan, for "
         f"{r.updates} updates in {r.steps} steps.")
+  if m.per_call is not None:
+    for key, our_api, jax_api in PER_CALL_KINDS:
+      for condition in CONDITIONS:
+        if f"per_call_{key}_{condition}" not in missed:
+          continue
+        row = m.per_call.seconds[condition]
+        notes.append(
+            f"- **One {our_api} per call, {condition}**: "
+            f"{us(row[f'{key}_ours'].median)} per call against "
+            f"{us(row[f'{key}_jax'].median)} for {jax_api} and "
+            f"{us(row['plain'].median)} without a callback.")
   if m.dropins is not None:
     for p in m.dropins.pairs:
       if f"dropin_{p.key}" not in missed:
@@ -272,6 +286,39 @@ def dropins_section(d: DropinResult | None) -> list[str]:
   return rows
 
 
+def per_call_section(p: PerCallResult | None) -> list[str]:
+  if p is None:
+    return ["Not measured."]
+  us_text = lambda s: s.map(lambda v: v * 1e6).text()  # noqa: E731
+  rows = [
+      f"`x * 2 + 1` on f32[16], jitted, with one callback of `x` (a print "
+      f"of `x[0]`) or none; {p.calls} calls per repetition and condition, "
+      "each until its result is ready (its callback has run by then, "
+      "ours and JAX's), in blocks of calls back to back, the blocks of all "
+      "variants interleaved. Busy: beside a process the benchmark starts "
+      "(a Python loop that keeps one core busy) and stops. Added: a "
+      "variant's time less the function without a callback's, repetition "
+      "by repetition; the ratio is what JAX's adds over what ours adds "
+      "(the target: ≥ 10×).", "",
+      "| callback | JAX | machine | ours µs/call | JAX µs/call | ours adds "
+      "µs | JAX adds µs | JAX / ours |",
+      "|---|---|---|---:|---:|---:|---:|---:|"]
+  for key, ours, theirs in PER_CALL_KINDS:
+    for condition in CONDITIONS:
+      row = p.seconds[condition]
+      ratio = p.ratio(condition, key)
+      rows.append(
+          f"| {ours} | {theirs} | {condition} | "
+          f"{us_text(row[f'{key}_ours'])} | {us_text(row[f'{key}_jax'])} | "
+          f"{us_text(p.added(condition, f'{key}_ours'))} | "
+          f"{us_text(p.added(condition, f'{key}_jax'))} | "
+          f"{'–' if ratio is None else f'{ratio:.1f}×'} |")
+  rows += ["", "Without a callback: " + ", ".join(
+      f"{us_text(p.seconds[c]['plain'])} µs per call {c}"
+      for c in CONDITIONS) + "."]
+  return rows
+
+
 def compile_section(c: CompileResult | None) -> list[str]:
   if c is None:
     return ["Not measured."]
@@ -359,6 +406,8 @@ def report(cfg: Config, m: Measurements, goals: list[Target],
       *compile_section(m.compile_time), "",
       "## 9. Client libraries, patched against unpatched", "",
       *clients_section(m.clients), "",
+      "## 10. One callback per call, idle and beside a busy process", "",
+      *per_call_section(m.per_call), "",
   ]
   if notes:
     lines += ["## What limits the missed targets", "",

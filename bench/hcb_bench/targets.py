@@ -19,6 +19,8 @@ from hcb_bench.dropins import DropinResult
 from hcb_bench.harness import MiB
 from hcb_bench.harness import Sample
 from hcb_bench.harness import num
+from hcb_bench.per_call import KINDS as PER_CALL_KINDS
+from hcb_bench.per_call import PerCallResult
 from hcb_bench.progress_bars import ProgressResult
 
 
@@ -35,6 +37,7 @@ class Measurements:
   dropins: DropinResult | None = None
   compile_time: CompileResult | None = None
   clients: ClientsResult | None = None
+  per_call: PerCallResult | None = None
 
   def excess(self, key: str, e2e: bool = False) -> Sample:
     """Seconds per scan step of variant ``key`` over the baseline,
@@ -165,6 +168,31 @@ def targets(m: Measurements) -> list[Target]:
   out += progress_targets(m.progress)
   out += dropin_targets(m.dropins)
   out += compile_targets(m.compile_time)
+  out += per_call_targets(m.per_call)
+  return out
+
+
+def per_call_targets(p: PerCallResult | None) -> list[Target]:
+  """Issue 34: one drop-in callback per jitted call adds at most 0.1× what
+  JAX's adds, until the result is ready, on an idle machine and beside a
+  busy process (the ratio, JAX's over ours, ≥ 10)."""
+  out = []
+  for key, ours, theirs in PER_CALL_KINDS:
+    for condition, where in (("idle", "on an idle machine"),
+                             ("busy", "beside a busy process")):
+      text = (f"one {ours} per jitted call adds ≤ 0.1× what {theirs} adds, "
+              f"{where}")
+      if p is None:
+        out.append(Target(f"per_call_{key}_{condition}", text, None, 10.0,
+                          True, "not measured"))
+        continue
+      mine = p.added(condition, f"{key}_ours")
+      jax_added = p.added(condition, f"{key}_jax")
+      plain = p.seconds[condition]["plain"]
+      out.append(Target(
+          f"per_call_{key}_{condition}", text, p.ratio(condition, key), 10.0,
+          True, f"{us(mine.median)} vs {us(jax_added.median)} per call over "
+          f"the function without a callback ({us(plain.median)})"))
   return out
 
 

@@ -1,6 +1,6 @@
 /*
  * ffi_handlers.h - the XLA FFI handlers libhcb exports: the custom calls
- * host_callback lowers to ("hcb_tap", "hcb_call", "hcb_flush", ...), for
+ * host_callback lowers to ("hcb_tap", "hcb_call", "hcb_buffer_call", ...), for
  * platform "cpu" and for "CUDA".  Register them with
  * jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(fn), platform=...);
  * the Python package does (host_callback/_handlers.py).  Included by
@@ -24,7 +24,12 @@ extern "C" {
  * Attributes: callback_id (u64, from hcb_runtime_register_tap on the
  * default runtime) and ntapped (s64, how many leading operands to send).
  * Copies the tapped operands into one record and submits it to the default
- * runtime; returns without waiting for the tap function. */
+ * runtime; returns without waiting for the tap function.  With the optional
+ * attribute deliver (s64) 1 or 2 it delivers the record now instead, in
+ * the calling thread (hcb_runtime_deliver): the computation goes on once
+ * the tap function has returned; with 1 its failure fails the computation
+ * (HCB_DELIVER_FAIL), with 2 it is only recorded (HCB_DELIVER_KEEP_ERROR).
+ * 0, or no such attribute: queued. */
 HCB_API XLA_FFI_Error *hcb_ffi_tap(XLA_FFI_CallFrame *frame);
 
 /* "hcb_call": operands are the arguments, results the declared outputs (no
@@ -44,12 +49,6 @@ HCB_API XLA_FFI_Error *hcb_ffi_ordinal_handler(XLA_FFI_CallFrame *frame);
  * through. */
 HCB_API XLA_FFI_Error *hcb_ffi_sharded_check(XLA_FFI_CallFrame *frame);
 
-/* "hcb_flush": one token operand, one token result.  Waits until the
- * default runtime has delivered every record the device running it
- * submitted before (hcb_runtime_flush); a computation ends with it when its
- * results must be ready only after its callbacks have run. */
-HCB_API XLA_FFI_Error *hcb_ffi_flush(XLA_FFI_CallFrame *frame);
-
 /* "hcb_buffer_call": as "hcb_call", for call targets that work in place on
  * the device's own buffers (buffer_callback, native_call).  On CPU it is
  * the same handler as "hcb_call"; on CUDA the target gets device pointers
@@ -64,7 +63,10 @@ HCB_API XLA_FFI_Error *hcb_ffi_buffer_call(XLA_FFI_CallFrame *frame);
  *
  * "hcb_tap" enqueues, on XLA's stream, the copy of the tapped operands into
  * pinned host memory and a host function that submits the record once the
- * copy has landed, and returns without waiting for the stream.  "hcb_call"
+ * copy has landed, and returns without waiting for the stream; one with
+ * attribute deliver copies the operands to host memory, waits for that
+ * copy on XLA's thread (a call's one synchronisation) and delivers the
+ * record there (no host function waits).  "hcb_call"
  * copies the operands to pinned host memory, waits for that copy (the one
  * synchronisation of a call), runs the target on the host copies, and
  * enqueues the copy of the results back to the device.  "hcb_buffer_call"
@@ -73,9 +75,6 @@ HCB_API XLA_FFI_Error *hcb_ffi_tap_cuda(XLA_FFI_CallFrame *frame);
 HCB_API XLA_FFI_Error *hcb_ffi_call_cuda(XLA_FFI_CallFrame *frame);
 HCB_API XLA_FFI_Error *hcb_ffi_buffer_call_cuda(XLA_FFI_CallFrame *frame);
 HCB_API XLA_FFI_Error *hcb_ffi_ordinal_handler_cuda(XLA_FFI_CallFrame *frame);
-/* "hcb_flush" on CUDA first waits for XLA's stream (the copies of the taps
- * it carries), on XLA's thread, then for the deliveries. */
-HCB_API XLA_FFI_Error *hcb_ffi_flush_cuda(XLA_FFI_CallFrame *frame);
 HCB_API XLA_FFI_Error *hcb_ffi_sharded_check_cuda(XLA_FFI_CallFrame *frame);
 
 #ifdef __cplusplus

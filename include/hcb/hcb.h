@@ -444,22 +444,32 @@ HCB_API int hcb_runtime_barrier_poll(hcb_runtime *rt, hcb_device device,
                                      uint64_t poll_ns, hcb_check_fn check,
                                      void *user, hcb_error *err);
 
-/* Waits until every record submitted for `device` before the call has been
- * delivered: a computation of that device, at its end, so that its results
- * are ready only once its callbacks have run (the "hcb_flush" FFI handler,
- * hcb/ffi_handlers.h).  The wait is for those records, not for an empty queue:
- * records submitted later (another computation) are not waited for, except
- * those that the device's consumer submitted itself while it delivered them (a
- * tap function that ran a computation of its device in its own thread).
- * Returns at once when nothing is pending, and when called from that
- * device's own consumer thread (a tap function running a computation of
- * its device in its own thread: it would wait for itself).  After
- * HCB_CALL_WAIT_WARN_NS it logs a warning (hcb_runtime_set_log) and goes
- * on waiting.  The runtime's interrupt check can stop the wait
- * (hcb_runtime_set_interrupt): HCB_ECALLBACK ("interrupted while waiting
- * for the callbacks of cpu:0 to run"); the records are still delivered. */
-HCB_API int hcb_runtime_flush(hcb_runtime *rt, hcb_device device,
-                              hcb_error *err);
+/* What hcb_runtime_deliver does with a failure of the tap function. */
+#define HCB_DELIVER_FAIL 0 /* returns it: the caller's computation fails */
+/* records it (hcb_runtime_take_error), as a queued tap's failure is, and
+ * returns HCB_OK: the caller goes on */
+#define HCB_DELIVER_KEEP_ERROR 1
+
+/* Delivers `rec` now, in the calling thread: runs its tap target here, as
+ * JAX runs its debug callbacks inside the computation, once the records
+ * its device submitted before have been delivered (the wait, its warnings
+ * and its interrupt check are hcb_runtime_call's; none when nothing is
+ * pending, the common case: two atomic loads, no other thread woken).  For
+ * a tap whose computation's results must be ready only once it has run,
+ * and whose failure is that computation's (the "hcb_tap" FFI handler with
+ * attribute deliver, hcb/ffi_handlers.h).  A consumer thread does not wait
+ * (it would wait for itself: a tap function running a computation of its
+ * device in its own thread).  `flags` is HCB_DELIVER_FAIL or
+ * HCB_DELIVER_KEEP_ERROR.  Ownership of `rec` passes to the runtime
+ * whatever the result; it is released once its function has returned (a
+ * tap function that keeps it retains it).  The delivery is counted in the
+ * device's statistics as a record in and out.  Errors: HCB_EINVAL (rec
+ * NULL, or the id of a call target), HCB_ENOTFOUND (an unknown id),
+ * HCB_ENOMEM (the device's channel), HCB_ECALLBACK for an interrupted
+ * wait (the function does not run), or the tap function's error (also
+ * recorded, see hcb_runtime_take_error). */
+HCB_API int hcb_runtime_deliver(hcb_runtime *rt, hcb_record *rec, int flags,
+                                hcb_error *err);
 
 /* Sets (or with `check` NULL, clears) the runtime's interrupt check: the
  * one check of every wait of a device's thread, each of which calls it as
@@ -473,8 +483,8 @@ HCB_API int hcb_runtime_flush(hcb_runtime *rt, hcb_device device,
  *   - hcb_runtime_call waiting for the taps its device issued before it
  *     ("call 'f' on cpu:0 interrupted while waiting for the N taps its
  *     device issued before it"): the call function does not run;
- *   - hcb_runtime_flush ("interrupted while waiting for the callbacks of
- *     cpu:0 to run");
+ *   - hcb_runtime_deliver waiting for the same ("tap 'f' on cpu:0
+ *     interrupted while waiting ..."): the tap function does not run;
  *   - a GPU device waiting for room in its pinned pool ("CUDA device 0
  *     interrupted while waiting for room in its pinned pool").
  * A wait it stops fails with HCB_ECALLBACK, the message ending with the
@@ -492,6 +502,13 @@ HCB_API int hcb_runtime_set_interrupt(hcb_runtime *rt, uint64_t poll_ns,
  * usable: the next submit starts the device's thread again.  HCB_EDEADLK if
  * called from a consumer thread. */
 HCB_API int hcb_runtime_stop(hcb_runtime *rt, hcb_error *err);
+
+/* Whether the calling thread is a runtime's consumer thread, running the
+ * tap functions of queued records: there a barrier, a stop, or a wait for
+ * its own device would wait for itself (they refuse, HCB_EDEADLK, or skip
+ * the wait).  A record delivered now (hcb_runtime_deliver) runs in the
+ * thread that delivers it, which is not one.  Any thread. */
+HCB_API bool hcb_in_consumer_thread(void);
 
 /* Statistics of one device, or of all devices summed (HCB_ALL_DEVICES). */
 typedef struct hcb_stats {

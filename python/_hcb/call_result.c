@@ -337,7 +337,8 @@ enum leaf_problem {
     LEAF_DIFFERS,
     LEAF_NOT_AN_ARRAY,
     LEAF_DOES_NOT_FIT,
-    LEAF_CANNOT_COPY
+    LEAF_CANNOT_COPY,
+    LEAF_BYTE_SWAPPED /* a drop-in's, refused as JAX refuses it */
 };
 
 static int
@@ -365,6 +366,13 @@ leaf_mismatch(const result_check *c, PyObject *type, hcb_error *err,
         return mismatch(c, type, err,
                         PREFIX "returned %s%s that cannot be copied into %s",
                         api, name, desc, where, decl);
+    case LEAF_BYTE_SWAPPED:
+        return mismatch(c, type, err,
+                        "Dtype %s is not a valid JAX array type. Only arrays "
+                        "of numeric types are supported by JAX. (" PREFIX
+                        "returned %s%s in non-native byte order; %s declares "
+                        "%s)",
+                        detail, api, name, desc, where, by, decl);
     default:
         if (!t->jax_words)
             return mismatch(c, type, err,
@@ -435,7 +443,18 @@ fill_result(const result_check *c, PyObject *leaf, const hcb_array *res,
     }
     exact = PyArray_EquivTypes(PyArray_DESCR(arr), want) ||
             PyArray_DESCR(arr)->type_num == want->type_num;
-    if (!same_shape(arr, res)) { /* TypeError, as for a wrong dtype */
+    if (t->jax_words && !PyArray_ISNBO(PyArray_DESCR(arr)->byteorder)) {
+        /* JAX takes no array in the other byte order (host_callback's own
+         * call converts it) */
+        PyObject *s = PyObject_Str((PyObject *)PyArray_DESCR(arr));
+        const char *text = s != NULL ? PyUnicode_AsUTF8(s) : NULL;
+
+        PyErr_Clear();
+        rc = leaf_mismatch(c, PyExc_TypeError, err, LEAF_BYTE_SWAPPED,
+                           (PyObject *)arr, res, index, where,
+                           text != NULL ? text : "?");
+        Py_XDECREF(s);
+    } else if (!same_shape(arr, res)) { /* TypeError, as for a wrong dtype */
         rc = leaf_mismatch(c, PyExc_TypeError, err, LEAF_DIFFERS,
                            (PyObject *)arr, res, index, where, NULL);
     } else if (!exact &&

@@ -1,6 +1,6 @@
 /*
- * control.c - the runtime seen from Python: waiting for it (barrier,
- * flush), stopping it (stop, shutdown, abandon), its settings (the queue
+ * control.c - the runtime seen from Python: waiting for it (barrier),
+ * stopping it (stop, shutdown, abandon), its settings (the queue
  * bound, the only CPU device), what it has done (stats, the pinned pools'
  * stats, devices, take_error).  Module functions of host_callback._hcb,
  * added by module.c (hcb_py_control_methods).  Every call that may wait
@@ -75,25 +75,6 @@ hcb_barrier(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyEval_RestoreThread(save);
     if (rc != HCB_OK)
         return PyErr_Occurred() ? NULL : hcb_py_raise(&err);
-    Py_RETURN_NONE;
-}
-
-/* flush(device_key): waits, without the GIL, until the records the device
- * submitted so far are delivered, as the end of a computation of that
- * device does (hcb_runtime_flush): from JAX's Python callback, in a
- * computation of that device. */
-static PyObject *
-hcb_flush(PyObject *module, PyObject *arg)
-{
-    hcb_state *st = hcb_py_state(module);
-    hcb_device dev;
-    hcb_error err;
-    int rc;
-
-    if (parse_device(arg, &dev) < 0)
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS rc = hcb_runtime_flush(st->rt, dev, &err);
-    Py_END_ALLOW_THREADS if (rc != HCB_OK) return hcb_py_raise(&err);
     Py_RETURN_NONE;
 }
 
@@ -285,16 +266,13 @@ hcb_take_error(PyObject *module, PyObject *unused)
 PyMethodDef hcb_py_control_methods[] = {
     {"barrier", (PyCFunction)(void (*)(void))hcb_barrier, METH_FASTCALL,
      "barrier(device_key=None): wait until submitted records are consumed."},
-    {"flush", hcb_flush, METH_O,
-     "flush(device_key): wait until the records the device submitted so "
-     "far are delivered, as the end of a computation of it does."},
     {"stop", hcb_stop, METH_NOARGS,
      "stop(): drain the queues and join the consumer threads."},
     {"shutdown", hcb_shutdown, METH_NOARGS,
      "shutdown(): stop and never call Python taps again (interpreter exit)."},
     {"abandon", hcb_abandon, METH_NOARGS,
      "abandon(): never call Python taps again, without waiting for the "
-     "consumer threads (exit after an interrupted flush)."},
+     "consumer threads (exit after an interrupted at-exit barrier)."},
     {"set_max_queue_bytes", hcb_set_max_queue_bytes, METH_O,
      "set_max_queue_bytes(n): the per-device queue bound in bytes."},
     {"set_only_cpu_device", hcb_set_only_cpu_device, METH_O,

@@ -4,9 +4,12 @@
  * so the lowering (host_callback/_lowering.py) goes through JAX's own
  * Python callback, pinned to device_index, whose function calls these:
  *
- *   submit_tap(callback_id, device_key, arrays): copies the arrays into a
- *     record and queues it on the device's channel (asynchronous, ordered
- *     with that device's other taps), as the hcb_tap handler would;
+ *   submit_tap(callback_id, device_key, arrays, deliver): copies the
+ *     arrays into a record and queues it on the device's channel
+ *     (asynchronous, ordered with that device's other taps), or with
+ *     deliver 1 or 2 delivers it now, in this thread, as the hcb_tap
+ *     handler would with that attribute (1: a failure raises, 2: it is
+ *     only recorded);
  *   run_call(callback_id, device_key, args, outs, ndevices): runs a call
  *     target on numpy arrays (outs preallocated with the declared shapes),
  *     as the hcb_call handler would.  Its failure is parked for all
@@ -82,7 +85,7 @@ room_close(arrays_room *r)
     room_init(r);
 }
 
-/* submit_tap(callback_id, device_key, arrays) */
+/* submit_tap(callback_id, device_key, arrays, deliver=0) */
 PyObject *
 hcb_py_submit_tap(hcb_state *st, PyObject *args)
 {
@@ -93,10 +96,16 @@ hcb_py_submit_tap(hcb_state *st, PyObject *args)
     hcb_record *rec = NULL;
     Py_ssize_t n = -1;
     hcb_error err;
-    int rc = HCB_OK;
+    int rc = HCB_OK, deliver = 0;
 
-    if (!PyArg_ParseTuple(args, "KLO:submit_tap", &id, &key, &arrays))
+    if (!PyArg_ParseTuple(args, "KLO|i:submit_tap", &id, &key, &arrays,
+                          &deliver))
         return NULL;
+    if (deliver < 0 || deliver > 2) {
+        PyErr_Format(PyExc_ValueError, "deliver must be 0, 1 or 2, got %d",
+                     deliver);
+        return NULL;
+    }
     seq = PySequence_Fast(arrays, "arrays must be a sequence");
     if (seq == NULL)
         return NULL;
@@ -111,7 +120,11 @@ hcb_py_submit_tap(hcb_state *st, PyObject *args)
         return NULL;
     if (rc != HCB_OK)
         return hcb_py_raise(&err);
-    Py_BEGIN_ALLOW_THREADS rc = hcb_runtime_submit(st->rt, rec, &err);
+    Py_BEGIN_ALLOW_THREADS if (deliver == 0) rc =
+        hcb_runtime_submit(st->rt, rec, &err);
+    else rc = hcb_runtime_deliver(
+        st->rt, rec, deliver == 1 ? HCB_DELIVER_FAIL : HCB_DELIVER_KEEP_ERROR,
+        &err);
     Py_END_ALLOW_THREADS if (rc != HCB_OK) return hcb_py_raise(&err);
     Py_RETURN_NONE;
 }

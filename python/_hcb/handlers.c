@@ -38,7 +38,6 @@ static const handler_entry cpu_handlers[] = {
     {"hcb_call", hcb_ffi_call, 1},
     {"hcb_buffer_call", hcb_ffi_buffer_call, 1},
     {"hcb_device_ordinal", hcb_ffi_ordinal_handler, 0},
-    {"hcb_flush", hcb_ffi_flush, 0},
     {"hcb_sharded_check", hcb_ffi_sharded_check, 1},
     {NULL, NULL, 0}};
 
@@ -51,7 +50,6 @@ static const handler_entry cuda_handlers[] = {
     {"hcb_call", hcb_ffi_call_cuda, 0},
     {"hcb_buffer_call", hcb_ffi_buffer_call_cuda, 0},
     {"hcb_device_ordinal", hcb_ffi_ordinal_handler_cuda, 0},
-    {"hcb_flush", hcb_ffi_flush_cuda, 0},
     {"hcb_sharded_check", hcb_ffi_sharded_check_cuda, 0},
     {NULL, NULL, 0}};
 

@@ -112,6 +112,9 @@ typedef struct hcb_py_tap_fields {
     PyObject *treedef;    /* of the tapped value */
     PyObject *transforms; /* passed as is */
     int with_device;      /* pass device= */
+    /* The drop-in the tap serves ("debug.callback"), naming it in the
+     * error of a tap delivered now; "" for host_callback's own taps. */
+    char api[32];
 } hcb_py_tap_fields;
 
 /* A Python tap target: what the runtime passes back as `user`.  The struct

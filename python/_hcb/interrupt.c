@@ -1,30 +1,31 @@
 /*
- * interrupt.c - Ctrl-C while a device's thread waits in libhcb.
+ * interrupt.c - Ctrl-C while the main thread waits in libhcb.
  *
  * A device's thread waits inside libhcb when its queue is full (a submit,
- * or a GPU tap's reservation), when a call waits for the taps its device
- * issued before it, when a computation waits at its end for its callbacks
- * (hcb_flush: the drop-ins' results imply delivery), and when a GPU waits
- * for its pinned pool.  That thread is XLA's: a worker, an Eigen thread of
- * the program's thunks, or the caller's own thread (Python's main thread,
- * inside jaxlib with the GIL released).  Python runs its signal handlers
- * only on the main thread and only when that thread runs Python, which it
- * does not while it waits for the computation (or inside it).  So a Ctrl-C
- * would go unseen for as long as a callback function kept the device
- * waiting, forever if it never returned.
+ * or a GPU tap's reservation), when a call or a tap delivered now waits for
+ * the taps its device queued before it, and when a GPU waits for its pinned
+ * pool.  That thread is XLA's: most often the caller's own (Python's main
+ * thread, inside jaxlib with the GIL released: XLA's CPU client runs a
+ * computation in the thread that dispatches it), else a worker.  Python
+ * runs its signal handlers only on the main thread and only when that
+ * thread runs Python, which it does not while it waits inside the
+ * computation.  So a Ctrl-C would go unseen for as long as a callback
+ * function kept the device waiting, forever if it never returned.
  *
  * The runtime's interrupt check (hcb_runtime_set_interrupt), which every
  * one of those waits calls as it begins and every 50 ms, lets the waiting
  * thread notice it: SIGINT's handler is chained with a counter of SIGINTs,
- * and a wait that sees the counter move since it began stops.  Its
- * computation fails ("... interrupted while waiting ...: Ctrl-C
- * (SIGINT)"), the records queued before are delivered as usual, and
+ * and a wait on the main thread that sees the counter move since it began
+ * stops.  Its computation fails ("... interrupted while waiting ...:
+ * Ctrl-C (SIGINT)"), the records queued before are delivered as usual, and
  * Python's own handler, which the chain calls first, then runs as soon as
- * the main thread runs Python again (KeyboardInterrupt by default).  The
+ * the main thread runs Python again (KeyboardInterrupt by default).  Waits
+ * on other threads go on, as the computations of other threads do in JAX
+ * when the main thread is interrupted: Ctrl-C is the main thread's.  The
  * check takes no lock but its own and never the GIL, so it is safe on any
- * thread, whichever thread the wait is on.  A SIGINT that came before the
- * wait began is Python's alone: it is handled once the main thread runs
- * Python again (press Ctrl-C again to end a wait that began after it).
+ * thread.  A SIGINT that came before the wait began is Python's alone: it
+ * is handled once the main thread runs Python again (press Ctrl-C again to
+ * end a wait that began after it).
  *
  * barrier_wait is not such a wait: it runs in a Python thread, which runs
  * the signal handlers itself while it waits (module.c, hcb_barrier).
@@ -40,6 +41,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* SIGINTs received since the process started (the handler's counter). */
 static atomic_uint_fast64_t sigints;
@@ -93,8 +96,17 @@ hook_sigint(void)
     pthread_mutex_unlock(&hook_mu);
 }
 
+/* Whether the calling thread is the process's main thread, Python's
+ * (Linux: its thread id is the process id), the one Ctrl-C interrupts. */
+static bool
+on_main_thread(void)
+{
+    return (pid_t)syscall(SYS_gettid) == getpid();
+}
+
 /* The interrupt check (hcb_check_fn): `*state` holds 1 + the count of
- * SIGINTs when this wait began; a SIGINT since stops the wait. */
+ * SIGINTs when this wait began; a SIGINT since stops the wait, if it is the
+ * main thread's (other threads' waits go on: 0 as the state). */
 static int
 stop_on_sigint(void *user, hcb_device device, uint64_t *state, hcb_error *err)
 {
@@ -102,6 +114,8 @@ stop_on_sigint(void *user, hcb_device device, uint64_t *state, hcb_error *err)
 
     (void)user;
     (void)device;
+    if (*state == 0 && !on_main_thread())
+        return 0; /* called again with 0: checks nothing */
     if (*state == 0) {
         hook_sigint();
         *state = count + 1;

@@ -184,7 +184,8 @@ static PyMethodDef hcb_methods[] = {
     {"register_native_call", hcb_py_register_native_call, METH_VARARGS,
      "register_native_call(fn, user, name) -> id: a C hcb_call_fn."},
     {"submit_tap", hcb_submit_tap, METH_VARARGS,
-     "submit_tap(callback_id, device_key, arrays): queue a tap record."},
+     "submit_tap(callback_id, device_key, arrays, deliver=0): queue a tap "
+     "record, or deliver it now (1: a failure raises; 2: it is recorded)."},
     {"run_call", hcb_run_call, METH_VARARGS,
      "run_call(callback_id, device_key, args, outs): run a call target."},
     {"hold_type", hcb_hold_type, METH_NOARGS,

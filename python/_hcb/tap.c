@@ -1,18 +1,22 @@
 /*
  * tap.c - delivering one record to a Python tap function.
  *
- * Runs on the device's consumer thread (src/runtime/channels.c), which holds
- * no lock and not the GIL.  Steps: take the GIL; wrap each array of the
- * record in a numpy array that points into the record (no copy) and keeps it
- * alive through a RecordOwner; unflatten them with the site's treedef (the
- * site's fields were read at registration, hcb_py_tap_site_read); call
- * func(value, transforms[, device=...]); on an exception, hand it to the
- * Python error hook (logging, barrier_wait) and report it to the runtime.
+ * Runs on the device's consumer thread (src/runtime/channels.c), or, for a
+ * tap delivered now, on the thread running the computation
+ * (src/runtime/calls.c); either holds no lock and not the GIL.  Steps: take the
+ * GIL; wrap each array of the record in a numpy array that points into the
+ * record (no copy) and keeps it alive through a RecordOwner; unflatten them
+ * with the site's treedef (the site's fields were read at registration,
+ * hcb_py_tap_site_read); call func(value, transforms[, device=...]); on an
+ * exception, hand it to the Python error hook (logging, barrier_wait) and
+ * report it to the runtime.
  */
 #include "hcbpy.h"
 
-/* Set while this thread is inside a tap function (barrier_wait uses it to
- * refuse waiting for itself). */
+/* Set while this thread is inside a tap function that a consumer thread
+ * delivers (barrier_wait uses it to refuse waiting for itself).  A tap
+ * delivered now, in the computation's thread (the drop-ins), runs as a
+ * call function does: hcb_py_enter_call marks it (call.c). */
 static _Thread_local int in_tap;
 
 int
@@ -27,11 +31,13 @@ int
 hcb_py_tap_site_read(hcb_py_target *t, PyObject *site)
 {
     static const char *const names[] = {"func", "treedef", "transforms",
-                                        "with_device"};
-    PyObject *f[4];
+                                        "with_device", "api"};
+    PyObject *f[5];
+    Py_ssize_t api_len = 0;
+    const char *api;
     int with_device;
 
-    if (hcb_py_fields(site, "TapSite", names, f, 4) < 0)
+    if (hcb_py_fields(site, "TapSite", names, f, 5) < 0)
         return -1;
     if (!PyCallable_Check(f[0])) {
         PyErr_SetString(PyExc_TypeError, "the TapSite's func is not callable");
@@ -40,6 +46,17 @@ hcb_py_tap_site_read(hcb_py_target *t, PyObject *site)
     with_device = PyObject_IsTrue(f[3]);
     if (with_device < 0)
         return -1;
+    api =
+        PyUnicode_Check(f[4]) ? PyUnicode_AsUTF8AndSize(f[4], &api_len) : NULL;
+    if (api == NULL || (size_t)api_len >= sizeof t->tap.api) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError,
+                     "the TapSite's api must be a str of at most %zu bytes, "
+                     "got %R",
+                     sizeof t->tap.api - 1, f[4]);
+        return -1;
+    }
+    memcpy(t->tap.api, api, (size_t)api_len + 1);
     t->tap.func = f[0];
     t->tap.treedef = f[1];
     t->tap.transforms = f[2];
@@ -97,15 +114,31 @@ hcb_py_tap(void *user, hcb_record *rec, hcb_error *err)
         hcb_py_gil_release(gil);
         return rc;
     }
-    in_tap = 1;
-    result = call_site(t->state, &t->tap, rec);
-    in_tap = 0;
+    if (hcb_in_consumer_thread()) {
+        in_tap = 1;
+        result = call_site(t->state, &t->tap, rec);
+        in_tap = 0;
+    } else {
+        hcb_py_enter_call();
+        result = call_site(t->state, &t->tap, rec);
+        hcb_py_leave_call();
+    }
     if (result == NULL) {
-        char what[96];
+        char what[128];
 
-        snprintf(what, sizeof what, "tap function '%s'", t->name);
-        Py_XDECREF(hcb_py_report_exception(t, what, err));
-        rc = HCB_ECALLBACK;
+        if (t->tap.api[0] != '\0')
+            snprintf(what, sizeof what, "%s: callback '%s'", t->tap.api,
+                     t->name);
+        else
+            snprintf(what, sizeof what, "tap function '%s'", t->name);
+        if (hcb_in_consumer_thread()) {
+            Py_XDECREF(hcb_py_report_exception(t, what, err));
+            rc = HCB_ECALLBACK;
+        } else {
+            /* Delivered now: the error may fail the computation, and its
+             * message carries the traceback, as a call's does. */
+            rc = hcb_py_raised(t, what, err);
+        }
     }
     Py_XDECREF(result);
     hcb_py_target_leave(t);

@@ -38,13 +38,20 @@ from host_callback._types import CallbackFlavor
 Buffer = _hcb.Buffer
 
 
-class ExecutionStage(enum.IntEnum):
-  """The stage of XLA's FFI at which a callback runs."""
+class ExecutionStage(enum.Enum):
+  """The stage of XLA's FFI at which a callback runs.  As JAX's: its
+  values are XLA's numbers, and a member is no int (``EXECUTE == 3`` is
+  false) and reads ``ExecutionStage.EXECUTE`` in ``str`` and ``repr``."""
 
   INSTANTIATE = _hcb.STAGE_INSTANTIATE
   PREPARE = _hcb.STAGE_PREPARE
   INITIALIZE = _hcb.STAGE_INITIALIZE
   EXECUTE = _hcb.STAGE_EXECUTE
+
+  def __str__(self) -> str:
+    return f"ExecutionStage.{self.name}"
+
+  __repr__ = __str__
 
 
 class ExecutionContext:

@@ -17,11 +17,13 @@
     ``1``/``true``: outside ``jax.jit`` and other staging, call tap functions
     directly in the calling thread (for debuggers and stack traces).
 ``HOST_CALLBACK_TAPS_BEFORE_RESULTS``
-    ``1``/``true``: a compiled program's results are ready only once its
-    ``id_tap``/``id_print`` taps have run, as its ``debug.*`` callbacks and
-    progress bars always are (one wait at the end of each execution).
-    Default ``0``: taps run asynchronously, as in the removed
-    ``jax.experimental.host_callback`` (``barrier_wait`` waits for them).
+    ``1``/``true``: under ``jit`` the ``id_tap``/``id_print`` taps run
+    inside the computation, in its thread, before it goes on, as its
+    ``debug.*`` callbacks and progress bars always do: its results are
+    ready only once they have run.  Their errors are still raised by
+    ``barrier_wait``.  Default ``0``: taps run asynchronously, as in the
+    removed ``jax.experimental.host_callback`` (``barrier_wait`` waits for
+    them).
 
 The legacy names ``JAX_HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE`` and
 ``JAX_HOST_CALLBACK_INLINE`` are honoured when the new ones are unset.

@@ -28,11 +28,14 @@ logger = logging.getLogger("host_callback")
 def _jax_error_log(site: Any) -> JaxErrorLog | None:
   """How the errors of ``site`` are reported, when it is one of the
   drop-ins of JAX's callbacks (a call site's ``api``; the ``jax_error_log``
-  of a tap site's function or of a buffer callback's site); None for
-  host_callback's own APIs."""
+  of a tap site's function, or of the object whose method it is, or of a
+  buffer callback's site); None for host_callback's own APIs."""
   log = getattr(site, "jax_error_log", None)
   if log is None and isinstance(site, TapSite):
     log = getattr(site.func, "jax_error_log", None)
+    if log is None:
+      log = getattr(getattr(site.func, "__self__", None), "jax_error_log",
+                    None)
   return log if isinstance(log, JaxErrorLog) else None
 
 

@@ -203,8 +203,11 @@ def register_native_call(fn: int, user: int, name: str, /) -> int:
   *user``; returns its id."""
 
 def submit_tap(callback_id: int, device_key: int,
-               arrays: Sequence[npt.ArrayLike], /) -> None:
-  """Queues a tap record of ``arrays`` (any number) for ``device_key``."""
+               arrays: Sequence[npt.ArrayLike], deliver: int = 0, /) -> None:
+  """Queues a tap record of ``arrays`` (any number) for ``device_key``, or
+  with ``deliver`` 1 or 2 delivers it now, in this thread, without the GIL
+  while it waits (``hcb_runtime_deliver``): 1 raises the tap function's
+  failure, 2 only records it."""
 
 def run_call(callback_id: int, device_key: int,
              args: Sequence[npt.ArrayLike],
@@ -240,11 +243,6 @@ def call_stream() -> int:
 def barrier(device_key: int | None = None, /) -> None:
   """Waits (without the GIL) until the records submitted so far to
   ``device_key`` (None: every device) are consumed."""
-
-def flush(device_key: int, /) -> None:
-  """Waits (without the GIL) until the records ``device_key`` submitted so
-  far are delivered, as the end of a computation of that device does
-  (``hcb_flush``); at once from that device's own consumer thread."""
 
 def stop() -> None:
   """Drains the queues and joins the consumer threads."""

@@ -115,7 +115,7 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
                           has_side_effect: bool, device_index: int,
                           callback_id: Any, ntapped: Any = None,
                           partitioned: bool = False,
-                          flush: bool = False) -> Sequence[Any]:
+                          deliver: Any = 0) -> Sequence[Any]:
   ndevices = _sharded_devices(ctx)
   if not 0 <= device_index < ndevices:
     raise ValueError(
@@ -148,15 +148,15 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
   def run_on_device(device_ordinal: Any, *arrays: Any,
                     _holds: Any = registration) -> Sequence[Any]:
     key = platform_bits | int(device_ordinal)
+    if target == "hcb_tap" and deliver:
+      # Delivered here, in the computation, as the hcb_tap handler with
+      # attribute deliver does: a failure fails the computation (as JAX's
+      # own callback there does), or with deliver 2 is only kept.
+      _hcb.submit_tap(callback_id, key, arrays[:int(ntapped)], int(deliver))
+      return ()
     if target == "hcb_tap":
       try:
         _hcb.submit_tap(callback_id, key, arrays[:int(ntapped)])
-        if flush:
-          # Delivered before the results are ready: JAX's callback runs in
-          # the computation, so it waits here, as the flush at a program's
-          # end does (a flush op of ours would lose its one-device
-          # sharding in the partitioner).
-          _hcb.flush(key)
       except Exception as exc:  # for barrier_wait, never for one device
         _errors.tap_not_queued(what, key, exc)
       return ()
@@ -229,21 +229,18 @@ def _op_sharding(ctx: mlir.LoweringRuleContext) -> Any:
 def lower(ctx: mlir.LoweringRuleContext, target: str, args: Sequence[Any], *,
           what: str, has_side_effect: bool, device_index: int,
           operand_output_aliases: dict[int, int] | None = None,
-          partitioned: bool = False, flush: bool = False,
+          partitioned: bool = False,
           **attributes: Any) -> Sequence[Any]:
   """Emits the custom call ``target`` with ``attributes`` (and the sharding
   annotation the context needs); returns its results.
 
   A side-effecting callback also takes and returns a token, which
   _order.py chains through the program so that callbacks run in program
-  order; here it takes a token of its own.  With ``flush`` (a tap) the
-  program's results are ready only once the tap has been delivered
-  (_order.py ends the program with a flush)."""
+  order; here it takes a token of its own."""
   if _sharded_devices(ctx) > 1:
     return _lower_through_python(
         ctx, target, args, what=what, has_side_effect=has_side_effect,
-        device_index=device_index, partitioned=partitioned, flush=flush,
-        **attributes)
+        device_index=device_index, partitioned=partitioned, **attributes)
   ordered = has_side_effect
   sharding = _op_sharding(ctx)
   if ordered:
@@ -264,7 +261,5 @@ def lower(ctx: mlir.LoweringRuleContext, target: str, args: Sequence[Any], *,
     _jax.set_sharding(ctx.module_context, op, sharding)
   if not ordered:
     return op.results
-  if flush:
-    _order.mark_flush(op)
   _order.note(ctx)
   return op.results[:-1]

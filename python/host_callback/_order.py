@@ -30,12 +30,6 @@ The main function's signature is unchanged (it starts from a new token), so
 the program is called exactly as before: no JAX effect, and JAX's C++ fast
 dispatch is kept.
 
-Results imply delivery: where a callback is marked (:func:`mark_flush`:
-the drop-ins' debug callbacks and progress bars), the chain ends with one
-``hcb_flush`` (src/ffi/handlers.h), which waits until the device has
-delivered what it submitted before: one wait per execution, after which
-the program's results become ready (_Chainer._flush).
-
 When: JAX reports the end of each program's lowering to MLIR as a
 monitoring event (``jax.monitoring``, ``_jax.LOWERING_EVENT``); the
 lowering rules note each module that has an ordered callback, and the
@@ -120,9 +114,6 @@ def _token_type() -> Any:
 
 
 _MARK = "hcb_order"  # a frontend attribute: "first" (JAX's callback)
-# A frontend attribute of a callback that its device delivers before the
-# program's results are ready (see flush below).
-_FLUSH = "hcb_flush"
 _FRONTEND = "mhlo.frontend_attributes"
 
 
@@ -145,13 +136,6 @@ def mark_python_callback(op: Any) -> None:
   """Marks JAX's Python-callback custom call ``op`` (the sharded path of
   _lowering.py) as ordered; its token is its first operand and result."""
   _set_frontend_attribute(op, _MARK, "first")
-
-
-def mark_flush(op: Any) -> None:
-  """Marks the ordered callback ``op`` as one whose device must have
-  delivered it before the program's results are ready: the program then
-  ends with a flush (see _Chainer.flush)."""
-  _set_frontend_attribute(op, _FLUSH, "1")
 
 
 def _token_slots(op: Any) -> tuple[int, int] | None:
@@ -188,17 +172,11 @@ class _Chainer:
                   for op in module.body.operations
                   if op.operation.name == "func.func"}
     self.memo: dict[str, bool] = {}
-    self.flush_memo: dict[str, bool] = {}
-    attrs = module.operation.attributes
-    self.partitioned = ("mhlo.num_partitions" in attrs and ir.IntegerAttr(
-        attrs["mhlo.num_partitions"]).value > 1)
     self.token = _token_type()
     # The ops with a chain of their own (_opaque): the barrier that ties
     # the token to their results, and their blocks that hold callbacks,
     # with the last token of each block's chain.
     self.opaque: list[tuple[Any, list[tuple[Any, Any]]]] = []
-    # The token after such an op -> the token before it.
-    self.after_tokens: dict[Any, Any] = {}
 
   # -- which ops hold callbacks --
 
@@ -225,33 +203,6 @@ class _Chainer:
                for region in op.regions for block in region.blocks
                for inner in block.operations)
 
-  _LOOPS_AND_BRANCHES = ("stablehlo.case", "stablehlo.if", "stablehlo.while")
-
-  def func_flushes(self, name: str) -> bool:
-    if name not in self.flush_memo:
-      self.flush_memo[name] = False  # recursion guard
-      func = self.funcs.get(name)
-      self.flush_memo[name] = func is not None and any(
-          self.block_flushes(block) for region in func.regions
-          for block in region.blocks)
-    return self.flush_memo[name]
-
-  def flushes(self, op: Any) -> bool:
-    """Whether ``op`` is, or holds in its own chain, a callback marked for
-    delivery before the results (:func:`mark_flush`).  An op with regions
-    of its own chain (_opaque) flushes inside itself: not counted."""
-    if _token_slots(op) is not None:
-      return _FLUSH in _frontend_attributes(op)
-    callee = self._callee(op)
-    if callee is not None:
-      return self.func_flushes(callee)
-    return op.name in self._LOOPS_AND_BRANCHES and any(
-        self.block_flushes(block) for region in op.regions
-        for block in region.blocks)
-
-  def block_flushes(self, block: Any) -> bool:
-    return any(self.flushes(op.operation) for op in block.operations)
-
   # -- rewriting --
 
   def module(self) -> None:
@@ -266,39 +217,8 @@ class _Chainer:
         entry = func.regions[0].blocks[0]
         with ir.InsertionPoint.at_block_begin(entry):
           start = hlo.create_token()
-        last = self.block(entry, start)
-        if self.block_flushes(entry):
-          self._flush(entry, last)
+        self.block(entry, start)
     self._settle_opaque()
-
-  def _flush(self, block: Any, token: Any) -> None:
-    """Ends ``block`` (the main function, or a region with a chain of its
-    own) with ``hcb_flush``: the device waits there until its consumer has
-    delivered every record it submitted before (src/ffi/handlers.h).  The
-    program's results are ready only once it has run (XLA marks a
-    program's outputs ready when the whole program has run, on CPU as on
-    CUDA, where the flush holds XLA's thread until then), so its callbacks
-    marked by :func:`mark_flush` have run before its results are ready.
-    Nothing depends on the flush: the numbers computed are those of the
-    program without it."""
-    # The token after an op with a chain of its own: that op flushes
-    # itself, this flush waits for the callbacks before it.
-    while token in self.after_tokens:
-      token = self.after_tokens[token]
-    ops = block.operations
-    term = ops[len(ops) - 1]
-    flush = hlo.CustomCallOp(
-        [self.token], [token], "hcb_flush", has_side_effect=True,
-        backend_config=ir.DictAttr.get({}),
-        api_version=ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4),
-        ip=ir.InsertionPoint(term))
-    sharding = _token_sharding(block, token)
-    if not sharding and self.partitioned:
-      # After callbacks in other functions (GSPMD's shard_map body): every
-      # device flushes its own queue.
-      sharding = _every_device()
-    for name, attr in sharding.items():
-      flush.operation.attributes[name] = attr
 
   def _private_func(self, func: Any) -> None:
     ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
@@ -384,7 +304,7 @@ class _Chainer:
   def _opaque(self, op: Any, token: Any) -> Any:
     """An op with regions this module does not know (``shard_map``'s
     manual computation, isolated from the values around it): each block
-    gets a chain of its own (and its own flush), and the op is ordered as a
+    gets a chain of its own, and the op is ordered as a
     whole by ``stablehlo.optimization_barrier``s.
 
     Before it, only when a callback comes before it in this chain: one
@@ -410,8 +330,6 @@ class _Chainer:
             start = hlo.OptimizationBarrierOp(
                 [start, inner.arguments[chosen]]).results[0]
         last = self.block(inner, start)
-        if self.block_flushes(inner):
-          self._flush(inner, last)
         if last != start:  # the block has callbacks
           lasts.append((inner, last))
     if chosen is not None:
@@ -425,7 +343,6 @@ class _Chainer:
         [token, *op.results], ip=ir.InsertionPoint(op))
     after.operation.move_after(op)
     self.opaque.append((after, lasts))
-    self.after_tokens[after.results[0]] = token
     return after.results[0]
 
   def _settle_opaque(self) -> None:
@@ -457,8 +374,7 @@ def _attributes(op: Any) -> dict[str, Any]:
 
 
 def chain_module(module: Any) -> None:
-  """Chains the ordered callbacks of ``module`` in program order (and ends
-  it with flushes where its callbacks ask for one)."""
+  """Chains the ordered callbacks of ``module`` in program order."""
   with module.context, ir.Location.unknown():
     _Chainer(module).module()
 
@@ -483,91 +399,6 @@ def _barrier_operand(op: Any) -> int:
     else:
       kinds.append(1)
   return min(range(len(kinds)), key=lambda i: kinds[i])
-
-
-_SHARDINGS = ("sdy.sharding", "mhlo.sharding")
-
-
-def _split_top(text: str) -> list[str]:
-  """``text`` split at its commas outside brackets."""
-  parts, depth, start = [], 0, 0
-  for i, c in enumerate(text):
-    if c in "<[{(":
-      depth += 1
-    elif c in ">]})":
-      depth -= 1
-    elif c == "," and depth == 0:
-      parts.append(text[start:i].strip())
-      start = i + 1
-  parts.append(text[start:].strip())
-  return parts
-
-
-def _result_sharding(op: Any, index: int) -> dict[str, Any]:
-  """The sharding attribute of ``op``'s result ``index``, for an op with
-  that one result (empty when ``op`` has none)."""
-  for name in _SHARDINGS:
-    if name not in op.attributes:
-      continue
-    attr = op.attributes[name]
-    if name == "sdy.sharding":
-      text = str(attr)
-      head, tail = "#sdy.sharding_per_value<[", "]>"
-      if text.startswith(head) and text.endswith(tail):
-        entries = _split_top(text[len(head):-len(tail)])
-        if 0 <= index < len(entries):
-          return {name: ir.Attribute.parse(head + entries[index] + tail)}
-      return {}
-    text = ir.StringAttr(attr).value
-    if text.startswith("{{"):
-      entries = _split_top(text[1:-1])
-      if not 0 <= index < len(entries):
-        return {}
-      text = entries[index]
-    return {name: ir.StringAttr.get(text)}
-  return {}
-
-
-def _every_device() -> dict[str, Any]:
-  """The sharding of a side-effecting op that every device runs on its
-  own (the partitioners refuse a replicated one): as JAX's callbacks in
-  ``shard_map``."""
-  if _jax.use_shardy_partitioner():
-    return {"sdy.sharding": ir.Attribute.parse(
-        "#sdy.sharding_per_value<[<mesh<[]>, []>]>")}
-  return {"mhlo.sharding": ir.StringAttr.get("{manual}")}
-
-
-def _token_sharding(block: Any, token: Any) -> dict[str, Any]:
-  """A sharding for an op on the chain's last ``token`` in ``block``: the
-  one its callback has (one device, or each device on its own inside
-  ``shard_map``), or the last annotated callback's in the block; none in a
-  program that is not partitioned."""
-  owner = getattr(token.owner, "operation", token.owner)
-  if isinstance(owner, ir.Operation):
-    slots = _token_slots(owner)
-    if slots is not None:
-      found = _result_sharding(owner, slots[1])
-      if found:
-        return found
-  return _callback_sharding(block)
-
-
-def _callback_sharding(block: Any) -> dict[str, Any]:
-  """The token's sharding of the last annotated callback in ``block``
-  (looking into its loops and branches)."""
-  for op in reversed(list(block.operations)):
-    op = op.operation
-    slots = _token_slots(op)
-    if slots is not None and any(n in op.attributes for n in _SHARDINGS):
-      return _result_sharding(op, slots[1])
-    if op.name in _Chainer._LOOPS_AND_BRANCHES:
-      for region in op.regions:
-        for inner in region.blocks:
-          found = _callback_sharding(inner)
-          if found:
-            return found
-  return {}
 
 
 # Listening from import on: a lowering that has started before the first

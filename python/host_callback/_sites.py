@@ -43,13 +43,21 @@ class JaxErrorLog(NamedTuple):
   record (``logger``, ``message``, level ERROR, with the exception; a
   ``logger`` of None logs nothing, as JAX's buffer_callback), only for an
   exception the function raised (JAX logs none for a wrong result); and
-  whether ``barrier_wait`` raises it afterwards (``keep``: the asynchronous
-  debug callbacks, whose computation does not fail) or not (a failed
-  computation has raised it already)."""
+  whether ``barrier_wait`` raises it afterwards (``keep``: a callback whose
+  computation does not fail) or not (a failed computation has raised it
+  already)."""
 
   logger: str | None
   message: str
   keep: bool
+
+
+#: How the failure of a ``jax.debug`` callback is reported, in JAX and in
+#: the drop-ins that run as one (debug.py, and progress.py's bars, as
+#: jax-tqdm's are ``jax.debug`` callbacks): JAX's record on its debugging
+#: logger, and the computation fails (nothing kept for barrier_wait).
+DEBUG_CALLBACK_ERRORS = JaxErrorLog("jax._src.debugging",
+                                    "jax.debug.callback failed", keep=False)
 
 
 class TapSite(NamedTuple):
@@ -62,6 +70,9 @@ class TapSite(NamedTuple):
   treedef: Any
   transforms: Transforms
   with_device: bool
+  # The drop-in of JAX's callbacks this tap serves ("debug.callback"), which
+  # its errors name; "" for host_callback's own taps.
+  api: str = ""
 
   def register(self) -> int:
     """Registers this site with the runtime (a native function's sites

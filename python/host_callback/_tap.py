@@ -12,7 +12,12 @@ and ``transforms`` gains ``('transpose', {})``.
 
 A tap lowers to one XLA custom call, ``hcb_tap`` (src/ffi/handlers.h), whose
 operands are the tapped arrays and an order token, and whose one result is
-the token: the computation goes on with its own arrays, so the compiler
+the token.  Its function runs on the device's consumer thread, after the
+computation has moved on (``id_tap``, ``id_print``: the removed module's
+asynchronous taps), or inside the computation, in the thread that runs it,
+before it goes on (:class:`Delivery`: the drop-ins of JAX's callbacks, which
+run there as JAX's do).  Either way the computation goes on with its own
+arrays, not the tap's results: the computation goes on with its own arrays, so the compiler
 fuses and computes as without the tap (the same bits; a result aliased to
 each operand, as the removed module had, stopped fusion across the tap
 and made compile time grow with the square of the leaves).  The token
@@ -25,6 +30,7 @@ functions with taps keep JAX's C++ fast dispatch path.
 
 from __future__ import annotations
 
+import enum
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -60,6 +66,24 @@ tap_p = Primitive("hcb_tap")
 tap_p.multiple_results = True
 
 
+class Delivery(enum.IntEnum):
+  """Where and when a tap's function runs: the ``deliver`` attribute of its
+  custom call (src/ffi/handlers.h), a parameter of ``hcb_tap``."""
+
+  #: Queued; the device's consumer thread runs it while the computation
+  #: goes on (``id_tap``, ``id_print``; ``barrier_wait`` waits for it and
+  #: raises its error).
+  QUEUED = 0
+  #: In the computation's own thread, before it goes on (the drop-ins of
+  #: JAX's callbacks, as JAX runs them): the computation's results are
+  #: ready only once it has run, and its failure fails the computation.
+  NOW = 1
+  #: The same, with its failure kept for ``barrier_wait`` and the
+  #: computation going on (``id_tap`` with
+  #: ``HOST_CALLBACK_TAPS_BEFORE_RESULTS``).
+  NOW_KEEP_ERROR = 2
+
+
 def _tap_impl(*args: Any, site: _sites.TapSite, **params: Any) -> Any:
   return _jax.apply_primitive(tap_p, *args, site=_sites.eager_site(site),
                               **params)
@@ -78,7 +102,7 @@ _jax.allow_effect_everywhere(DifferentiatedTapEffect)
 
 def _tap_abstract_eval(*avals: Any, site: _sites.TapSite, ntapped: int,
                        device_index: int, flavor: CallbackFlavor,
-                       differentiated: bool, deliver: bool) -> Any:
+                       differentiated: bool, deliver: Delivery) -> Any:
   del site, ntapped, device_index, deliver
   _containers.keep_containers()
   keep = differentiated and flavor is not CallbackFlavor.PURE
@@ -88,7 +112,7 @@ def _tap_abstract_eval(*avals: Any, site: _sites.TapSite, ntapped: int,
 def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
                   site: _sites.TapSite, ntapped: int, device_index: int,
                   flavor: CallbackFlavor, differentiated: bool,
-                  deliver: bool) -> Any:
+                  deliver: Delivery) -> Any:
   del differentiated
   callback_id = np.uint64(_runtime.lowered_site_id(ctx, site))
   # jax.debug's partitioned=True (debug.py): under jit over sharded
@@ -106,11 +130,14 @@ def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,
   # The tapped arrays in, the order token alone out: the program goes on
   # with the arrays themselves, as without the tap (the same fusions, the
   # same numbers).  The token orders it among the callbacks (_order.py).
+  # A tap delivered now carries the attribute deliver (a queued one none).
+  delivery: dict[str, Any] = {} if deliver is Delivery.QUEUED else {
+      "deliver": np.int64(deliver)}
   _lowering.lower(
       ctx.replace(avals_in=ctx.avals_in[:ntapped], avals_out=()), "hcb_tap",
       args[:ntapped], what="id_tap", has_side_effect=True,
-      device_index=device_index, partitioned=partitioned, flush=deliver,
-      callback_id=callback_id, ntapped=np.int64(ntapped))
+      device_index=device_index, partitioned=partitioned,
+      callback_id=callback_id, ntapped=np.int64(ntapped), **delivery)
   return list(args)
 
 
@@ -294,18 +321,21 @@ def id_tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger,
     _unexpected_keywords(kwargs)
   return tap(tap_func, arg, result=result, tap_with_device=tap_with_device,
              device_index=device_index, callback_flavor=callback_flavor,
-             deliver=_config.TAPS_BEFORE_RESULTS)
+             deliver=(Delivery.NOW_KEEP_ERROR if _config.TAPS_BEFORE_RESULTS
+                      else Delivery.QUEUED))
 
 
 def tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger, arg: Any,
         *, result: Any = None, tap_with_device: bool = False,
         device_index: int = 0,
         callback_flavor: CallbackFlavor = CallbackFlavor.IO_CALLBACK,
-        deliver: bool) -> Any:
-  """:func:`id_tap`, where ``deliver`` says whether a compiled program's
-  results are ready only once the tap has run (the drop-ins: debug.py,
-  progress.py), or the tap runs asynchronously, as the removed module's
-  (``HOST_CALLBACK_TAPS_BEFORE_RESULTS``, _config.py)."""
+        deliver: Delivery, api: str = "") -> Any:
+  """:func:`id_tap`, where ``deliver`` says where and when the tap's
+  function runs under ``jit`` (:class:`Delivery`): queued, asynchronously,
+  as the removed module's taps, or in the computation, before it goes on
+  (the drop-ins: debug.py, progress.py; and ``id_tap`` with
+  ``HOST_CALLBACK_TAPS_BEFORE_RESULTS``, _config.py); ``api`` names the
+  drop-in in its errors."""
   tap_with_device = _args.check_bool("id_tap", "tap_with_device",
                                      tap_with_device)
   if isinstance(tap_func, logging.Logger):
@@ -322,7 +352,7 @@ def tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger, arg: Any,
   tapped = _leaves.key_data_of_keys(leaves)
   site = _sites.TapSite(tap_func if isinstance(tap_func, NativeTap) else
                         _sites.hashable_callable(tap_func), treedef,
-                        _sites.Transforms(), bool(tap_with_device))
+                        _sites.Transforms(), bool(tap_with_device), api)
 
   if result is not None:
     res_leaves, res_treedef = _leaves.flatten(result, "id_tap")
@@ -337,7 +367,7 @@ def tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger, arg: Any,
   outs = tap_p.bind(*tapped, *_leaves.key_data_of_keys(res_leaves), site=site,
                     ntapped=len(tapped), device_index=device_index,
                     flavor=callback_flavor, differentiated=False,
-                    deliver=bool(deliver))
+                    deliver=Delivery(deliver))
   if result is None:
     return treedef.unflatten(_leaves.rewrap_keys(leaves, outs[:len(tapped)]))
   return res_treedef.unflatten(_leaves.rewrap_keys(res_leaves, outs[len(tapped):]))

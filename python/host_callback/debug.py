@@ -4,11 +4,14 @@ Migrating is one line: ``from host_callback import debug`` and
 ``debug.print(...)`` where the program had ``jax.debug.print(...)``.
 
 Each is one tap (_tap.py) of the array arguments, whose result is
-dropped: the device copies the arguments into the runtime's queue and goes
-on; the function runs on the device's consumer thread, and the
-computation's results are ready once it has run, as with JAX's own debug
-callbacks (one wait at the end of each execution: the tap asks for it,
-``deliver=True``; _order.py, "hcb_flush").  The tap function
+dropped, delivered in the computation (``Delivery.NOW``): the thread that
+runs the computation copies the arguments into a record and runs the
+function itself, before it goes on, as JAX runs its own debug callbacks.
+So the computation's results are ready once it has run, a function that
+runs JAX computations with callbacks of their own works (theirs run in
+the threads that run them), and an exception fails the computation.  No
+other thread is woken: on a busy machine a hand-off to another thread
+would cost as much as JAX's whole callback.  The tap function
 (``_DebugTap``) gives the tapped values the semantics of ``jax.debug``,
 from the ``transforms`` the tap receives:
 
@@ -34,7 +37,8 @@ from the ``transforms`` the tap receives:
 Typed PRNG keys tap as their key data: traced, the function gets (and
 ``print`` prints) the key data, as JAX's do.  An exception in the function
 is logged as JAX logs it (``"jax.debug.callback failed"`` on
-``jax._src.debugging``).
+``jax._src.debugging``) and fails the computation, as JAX's does (eagerly
+it propagates).
 
 Arguments that are not arrays (strings, ``None``, other objects) are static,
 as in JAX: they are kept with the tap site and passed back unchanged.
@@ -57,9 +61,6 @@ Where JAX and host_callback differ (README.md):
   format specs of arrays), ``jax.Array``s where it is not (``!r``,
   attribute or index access in a field, containers, whose ``str`` is their
   elements' ``repr``);
-- an exception in the function does not fail the computation (the tap is
-  asynchronous): it is logged (JAX's record) and raised by
-  ``barrier_wait``; eagerly it propagates, as in JAX;
 - every callback runs in program order on its device, ``ordered`` or not,
   also under ``pmap``/``shard_map`` (JAX refuses ordered effects on more
   than one device);
@@ -193,8 +194,8 @@ class _DebugTap:
                "partitioned", "key_impls", "as_jax", "_key", "__weakref__")
 
   # An exception in the function is logged as JAX logs its debug
-  # callbacks' (and kept for barrier_wait: the computation goes on).
-  jax_error_log = _sites.JaxErrorLog(_LOG.name, _FAILED, keep=True)
+  # callbacks', and fails the computation, as JAX's does.
+  jax_error_log = _sites.DEBUG_CALLBACK_ERRORS
 
   def __init__(self, func: Callable[..., Any], in_tree: Any,
                static: tuple[tuple[int, Any], ...], with_device: bool,
@@ -251,6 +252,13 @@ class _DebugTap:
       self.func.emit(args, kwargs, device)
     else:
       self.func(*args, **kwargs)
+
+  @property
+  def api(self) -> str:
+    """The API the user called, which its errors name."""
+    if isinstance(self.func, _Print):
+      return "debug.print" if self.func.log is None else "debug.log"
+    return "debug.callback"
 
   def register_tap_site(self, site: _sites.TapSite) -> int:
     """Registers ``site`` (whose func is this tap): a debug.print with a C
@@ -333,9 +341,10 @@ def _issue(func: Callable[..., Any], args: tuple[Any, ...],
     return
   if layout is not None:
     leaves = [leaves[j] for j in layout.order]
-  # deliver: the program's results are ready once it has run, as JAX's.
+  # In the computation: its results are ready once it has run, as JAX's.
   _tap.tap(tap, leaves, tap_with_device=with_device,
-           callback_flavor=CallbackFlavor.DEBUG, deliver=True)
+           callback_flavor=CallbackFlavor.DEBUG, deliver=_tap.Delivery.NOW,
+           api=tap.api)
 
 
 def callback(callback: Callable[..., Any] | None = None, *args: Any,
@@ -343,7 +352,8 @@ def callback(callback: Callable[..., Any] | None = None, *args: Any,
              **kwargs: Any) -> Any:
   """``jax.debug.callback`` on host_callback's taps.
 
-  Calls ``callback(*args, **kwargs)`` on the host, asynchronously, with the
+  Calls ``callback(*args, **kwargs)`` on the host, inside the computation
+  (in the thread that runs it, before it goes on), with the
   array leaves as numpy arrays (see the module's docstring for ``vmap``,
   ``grad`` and eager calls).  As in JAX, ``callback(ordered=...,
   partitioned=...)`` without a function returns the function that takes
@@ -643,8 +653,8 @@ def print(fmt: str | None = None, *args: Any, ordered: bool = False,
 
   Prints ``fmt.format(*args, **kwargs)`` (``str.format``, not an f-string:
   formatting is delayed), with numpy's print options of the trace, as one
-  line to ``sys.stdout``, asynchronously (one line per batch element under
-  ``vmap``).  The text is JAX's, character for character.  A format without
+  line to ``sys.stdout``, inside the computation, before it goes on (one
+  line per batch element under ``vmap``).  The text is JAX's, character for character.  A format without
   placeholders prints ``fmt`` then each argument's ``str``, space
   separated.  As in JAX, ``print(ordered=...)`` without a format returns
   the function that takes it.

@@ -33,9 +33,10 @@ one (which closes the bar).  Taps of one device run in program order, so
 the bar sees its updates in order.  On the host a registry keyed by (loop,
 id, device) holds the open bars; a bar counts steps from the index its
 run started at.  A bar is complete and closed once its last tap has run:
-the taps ask for delivery before the program's results are ready
-(``_tap.tap(..., deliver=True)``), so a bar is complete when the loop's
-result is read, as jax-tqdm's.  :func:`host_callback.barrier_wait` and
+the taps run inside the computation, in its thread, before it goes on
+(``_tap.tap(..., deliver=Delivery.NOW)``, as jax-tqdm's ``jax.debug``
+callbacks run), so a bar is complete when the loop's result is read, and
+a bar whose tap raises fails the loop's computation, as jax-tqdm's.  :func:`host_callback.barrier_wait` and
 ``jax.effects_barrier()`` also close the bars of loops that ended before
 their last index (a scan shorter than its bar).
 
@@ -66,6 +67,8 @@ from jax import lax
 
 from host_callback import _args
 from host_callback import _barrier
+from host_callback import _sites
+from host_callback._tap import Delivery
 from host_callback._tap import tap
 
 __all__ = ["PBar", "loop_tqdm", "scan_tqdm", "while_loop"]
@@ -116,8 +119,8 @@ class _Registry:
   """The open bars of every loop, keyed by (loop, bar id, device id), and
   the positions they are drawn at.
 
-  Taps of different devices run on different consumer threads, so the
-  registry has a lock.  Lock order: this lock, then tqdm's own (taken while
+  Taps of different devices run in different threads (each device's
+  computation runs its own), so the registry has a lock.  Lock order: this lock, then tqdm's own (taken while
   a bar is created, redrawn or closed).  A bar itself is updated only by
   the thread of its device, and by a barrier that closes it once every
   loop it waited for has ended (:meth:`close_all`)."""
@@ -233,6 +236,11 @@ class _Spec:
   # fori_loop), or only at the loop's end (while_loop).
   close_at_total: bool = True
 
+  # A bar's tap that raises (tqdm's error, a closed stream) fails the
+  # loop's computation, reported as jax-tqdm's, which are jax.debug
+  # callbacks, would be (the functions' attribute: _errors.py).
+  jax_error_log = _sites.DEBUG_CALLBACK_ERRORS
+
   def update(self, arg: tuple[np.ndarray, np.ndarray], transforms: Any, *,
              device: Any) -> None:
     """The tap of ``(index, bar id)`` of a loop on one device: creates the
@@ -309,12 +317,14 @@ class _Spec:
   def tap_update(self, count: Any, bar_id: Any) -> None:
     tap(self.update_taps[_on_several_devices()],
         (jnp.asarray(count, jnp.int32), jnp.asarray(bar_id, jnp.int32)),
-        tap_with_device=True, deliver=True)
+        tap_with_device=True, deliver=Delivery.NOW,
+        api="host_callback.progress")
 
   def tap_close(self, count: Any, bar_id: Any) -> None:
     tap(self.close_taps[_on_several_devices()],
         (jnp.asarray(count, jnp.int32), jnp.asarray(bar_id, jnp.int32)),
-        tap_with_device=True, deliver=True)
+        tap_with_device=True, deliver=Delivery.NOW,
+        api="host_callback.progress")
 
   def step(self, iter_num: Any, bar_id: Any, body: Callable[[], Any]) -> Any:
     """Runs ``body()`` as loop step ``iter_num`` of ``total``, with its taps:

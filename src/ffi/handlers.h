@@ -10,13 +10,16 @@
  * the compiler makes one straight function of each handler, as fast as a
  * handler written for that platform alone.  Run them through
  * hcb_ffi_run_ctx (or hcb__run_as_is) with an hcb__handler as `ctx`, under
- * the target names "hcb_tap", "hcb_call", "hcb_flush", "hcb_device_ordinal"
- * and "hcb_sharded_check".
+ * the target names "hcb_tap", "hcb_call", "hcb_buffer_call",
+ * "hcb_device_ordinal" and "hcb_sharded_check".
  *
  * XLA calls a handler on the thread running the computation.  A tap
  * returns as soon as its record is queued (channels.c delivers it on the
- * device's consumer thread); a call returns when its target has filled the
- * results.  Errors come back through `err` and fail the computation with
+ * device's consumer thread), or, with attribute deliver, once it has been
+ * delivered in this thread (calls.c, hcb_runtime_deliver: the drop-ins of
+ * JAX's callbacks run inside the computation, as JAX's do); a call returns
+ * when its target has filled the results.  Errors come back through `err` and
+ * fail the computation with
  * "<target>: <message>" (hcb_ffi_run_ctx).
  */
 #ifndef HCB_HANDLERS_H
@@ -128,19 +131,42 @@ check_tap_frame(const XLA_FFI_CallFrame *frame, int64_t ntapped, hcb_error *err)
     return HCB_OK;
 }
 
-/* Operands: the tapped arrays, pass-through arrays, [order token]; results:
- * the operands, aliased, or the order token alone.  Attributes:
- * callback_id, ntapped. */
-HCB__BODY int
-hcb__tap_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
+/* The optional attribute deliver of a tap: 0 (or none), queued for the
+ * device's consumer; 1, delivered now, its failure the computation's
+ * (HCB_DELIVER_FAIL); 2, delivered now, its failure only recorded
+ * (HCB_DELIVER_KEEP_ERROR). */
+enum { TAP_QUEUED = 0, TAP_NOW = 1, TAP_NOW_KEEP_ERROR = 2 };
+
+static inline int
+tap_deliver_mode(const XLA_FFI_CallFrame *frame, int *mode, hcb_error *err)
 {
-    const hcb__handler *h = ctx;
+    int64_t v = TAP_QUEUED;
+    int rc;
+
+    if (hcb_ffi_attr_find(&frame->attrs, "deliver", NULL) != NULL &&
+        (rc = hcb_ffi_attr_i64(&frame->attrs, "deliver", &v, err)) != HCB_OK)
+        return rc;
+    if (v < TAP_QUEUED || v > TAP_NOW_KEEP_ERROR)
+        return hcb_error_set(err, HCB_EINVAL,
+                             "deliver is %lld, expected 0, 1 or 2",
+                             (long long)v);
+    *mode = (int)v;
+    return HCB_OK;
+}
+
+/* The work of a tap; its errors are its own, but with `*delivered` set
+ * those of a tap function delivered now. */
+static inline int
+tap_work(XLA_FFI_CallFrame *frame, const hcb__handler *h, hcb_error *err,
+         bool *delivered)
+{
     hcb_array stack_views[STACK_ARRAYS], *views = stack_views;
+    hcb_record *rec = NULL;
     hcb_runtime *rt;
     hcb_device device;
     uint64_t id = 0;
     int64_t ntapped = 0, i;
-    int rc;
+    int rc, mode = TAP_QUEUED;
 
     if ((rt = handler_runtime(h, err)) == NULL)
         return err->code;
@@ -148,6 +174,7 @@ hcb__tap_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
             HCB_OK ||
         (rc = hcb_ffi_attr_i64(&frame->attrs, "ntapped", &ntapped, err)) !=
             HCB_OK ||
+        (rc = tap_deliver_mode(frame, &mode, err)) != HCB_OK ||
         (rc = h->platform->device(rt, frame, &device, err)) != HCB_OK ||
         (rc = check_tap_frame(frame, ntapped, err)) != HCB_OK ||
         (rc = forward_operands(h->platform, frame, err)) != HCB_OK)
@@ -169,11 +196,44 @@ hcb__tap_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
             goto out;
         }
     }
-    rc = h->platform->send(rt, frame, id, device, views, (size_t)ntapped, err);
+    if (mode == TAP_QUEUED) {
+        rc = h->platform->send(rt, frame, id, device, views, (size_t)ntapped,
+                               err);
+    } else if ((rc = h->platform->fetch(rt, frame, id, device, views,
+                                        (size_t)ntapped, &rec, err)) ==
+               HCB_OK) {
+        *delivered = true;
+        rc = hcb_runtime_deliver(
+            rt, rec,
+            mode == TAP_NOW ? HCB_DELIVER_FAIL : HCB_DELIVER_KEEP_ERROR, err);
+    }
 out:
     if (views != stack_views)
         hcb__free(views);
     return rc;
+}
+
+/* Operands: the tapped arrays, pass-through arrays, [order token]; results:
+ * the operands, aliased, or the order token alone.  Attributes:
+ * callback_id, ntapped, [deliver].  Run it as it is (hcb__run_as_is): its
+ * own errors say "hcb_tap: ...", and the failure of a tap function it
+ * delivered reaches the user as the target wrote it, as a call's. */
+HCB__BODY int
+hcb__tap_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
+{
+    hcb_error inner;
+    bool delivered = false;
+    int rc;
+
+    inner.code = HCB_OK;
+    inner.message[0] = '\0';
+    if ((rc = tap_work(frame, ctx, &inner, &delivered)) == HCB_OK)
+        return HCB_OK;
+    if (delivered) {
+        *err = inner;
+        return rc;
+    }
+    return hcb_error_set(err, rc, "hcb_tap: %s", inner.message);
 }
 
 /* ---- hcb_call ----------------------------------------------------------- */
@@ -237,31 +297,6 @@ hcb__call_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
     if (views != stack_views)
         hcb__free(views);
     return rc;
-}
-
-/* ---- hcb_flush ---------------------------------------------------------- */
-
-/* Operand: the order token after the computation's last callback; result:
- * a token.  Waits until the device's consumer has delivered every record
- * the device submitted before (hcb_runtime_flush), once the platform has
- * submitted the records of the taps it has in flight (on CUDA: the copies
- * on the stream).  The lowering ends a computation with it when its
- * results must imply the delivery of its callbacks
- * (python/host_callback/_order.py). */
-HCB__BODY int
-hcb__flush_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
-{
-    const hcb__handler *h = ctx;
-    hcb_runtime *rt;
-    hcb_device device;
-    int rc;
-
-    if ((rt = handler_runtime(h, err)) == NULL)
-        return err->code;
-    if ((rc = h->platform->device(rt, frame, &device, err)) != HCB_OK ||
-        (rc = h->platform->drain(frame, err)) != HCB_OK)
-        return rc;
-    return hcb_runtime_flush(rt, device, err);
 }
 
 /* ---- hcb_device_ordinal and hcb_sharded_check --------------------------- */

@@ -36,11 +36,14 @@ typedef struct hcb__platform {
     int (*call)(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
                 hcb_device device, const hcb_array *args, size_t nargs,
                 const hcb_array *results, size_t nresults, hcb_error *err);
-    /* Returns once every tap `send` has issued on `frame`'s stream so far
-     * has been submitted (the CPU's are at once; CUDA waits for its
-     * stream).  On a thread that runs the computation, never in a host
-     * function. */
-    int (*drain)(const XLA_FFI_CallFrame *frame, hcb_error *err);
+    /* Makes a record of the device arrays `src` for tap `id` in host
+     * memory, whole when it returns (*out: owned by the caller), for a tap
+     * delivered now (hcb_runtime_deliver): the CPU copies; CUDA copies on
+     * the stream and waits for it here, on XLA's thread (never in a host
+     * function). */
+    int (*fetch)(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
+                 hcb_device device, const hcb_array *src, size_t n,
+                 hcb_record **out, hcb_error *err);
 } hcb__platform;
 
 extern const hcb__platform hcb__platform_cpu;

@@ -1,9 +1,9 @@
 /*
  * platform_cpu.c - the CPU platform: XLA's CPU buffers are host memory, so
- * a record is filled with memcpy and submitted at once, and a call target
- * reads and writes XLA's buffers themselves.  And the handlers libhcb
- * exports for platform "cpu" (include/hcb/ffi_handlers.h), over the bodies in
- * handlers.h, compiled here.
+ * a record is filled with memcpy and submitted (or delivered) at once, and
+ * a call target reads and writes XLA's buffers themselves.  And the
+ * handlers libhcb exports for platform "cpu" (include/hcb/ffi_handlers.h),
+ * over the bodies in handlers.h, compiled here.
  */
 #include <string.h>
 
@@ -38,20 +38,35 @@ cpu_copy_on_device(const XLA_FFI_CallFrame *frame, void *dst, const void *src,
     return HCB_OK;
 }
 
+/* A record of the host arrays `src` for tap `id` (the one copy of a tap's
+ * bytes). */
+static inline int
+cpu_fetch(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
+          hcb_device device, const hcb_array *src, size_t n, hcb_record **out,
+          hcb_error *err)
+{
+    size_t i;
+    int rc;
+
+    (void)rt;
+    (void)frame;
+    if ((rc = hcb__record_alloc(id, device, src, n, out, err)) != HCB_OK)
+        return rc;
+    for (i = 0; i < n; i++)
+        if (src[i].nbytes > 0)
+            memcpy((*out)->args[i].data, src[i].data, src[i].nbytes);
+    return HCB_OK;
+}
+
 static inline int
 cpu_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
          hcb_device device, const hcb_array *src, size_t n, hcb_error *err)
 {
     hcb_record *rec;
-    size_t i;
     int rc;
 
-    (void)frame;
-    if ((rc = hcb__record_alloc(id, device, src, n, &rec, err)) != HCB_OK)
+    if ((rc = cpu_fetch(rt, frame, id, device, src, n, &rec, err)) != HCB_OK)
         return rc;
-    for (i = 0; i < n; i++)
-        if (src[i].nbytes > 0)
-            memcpy(rec->args[i].data, src[i].data, src[i].nbytes);
     return hcb_runtime_submit(rt, rec, err);
 }
 
@@ -65,25 +80,21 @@ cpu_call(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
                             err);
 }
 
-static int
-cpu_drain(const XLA_FFI_CallFrame *frame, hcb_error *err)
-{
-    (void)frame;
-    (void)err;
-    return HCB_OK;
-}
-
 const hcb__platform hcb__platform_cpu = {cpu_device, cpu_copy_on_device,
-                                         cpu_send, cpu_call, cpu_drain};
+                                         cpu_send, cpu_call, cpu_fetch};
 
 /* ---- the exported CPU handlers ------------------------------------------ */
 
 static const hcb__handler cpu = {&hcb__platform_cpu, NULL};
 
-HCB_FFI_HANDLER_CTX(hcb_ffi_tap, "hcb_tap", hcb__tap_body, &cpu, 0)
 HCB_FFI_HANDLER_CTX(hcb_ffi_ordinal_handler, "hcb_device_ordinal",
                     hcb__ordinal_body, &cpu, 0)
-HCB_FFI_HANDLER_CTX(hcb_ffi_flush, "hcb_flush", hcb__flush_body, &cpu, 0)
+
+XLA_FFI_Error *
+hcb_ffi_tap(XLA_FFI_CallFrame *frame)
+{
+    return hcb__run_as_is(frame, "hcb_tap", hcb__tap_body, (void *)&cpu);
+}
 
 XLA_FFI_Error *
 hcb_ffi_call(XLA_FFI_CallFrame *frame)

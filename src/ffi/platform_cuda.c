@@ -21,6 +21,10 @@
  *   the stream:     ... kernels | copies | landed: submit_reserved | ...
  *   consumer:                                 deliver -> tap function
  *
+ * A tap delivered now (the drop-ins, attribute deliver) waits for its
+ * copy on XLA's thread and delivers the record there (cuda_fetch): the
+ * computation goes on once its function has run, as a call's does.
+ *
  * A call needs the values on the host before its function runs and its
  * results on the device before the program goes on: the operands are
  * copied into pinned memory, XLA's thread waits for that copy (the one
@@ -323,6 +327,53 @@ cuda_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
     return rc;
 }
 
+/* The record of a tap delivered now (attribute deliver: the drop-ins of
+ * JAX's callbacks, which run inside the computation), in pinned memory when
+ * the pool has room at once (else in ordinary memory): the operands are
+ * copied into it on XLA's stream, and XLA's thread waits for that copy,
+ * the one synchronisation it costs (a call's), then delivers the record
+ * itself (handlers.h).  No host function is enqueued: the stream never
+ * waits for a tap function. */
+static int
+cuda_fetch(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
+           hcb_device device, const hcb_array *src, size_t n, hcb_record **out,
+           hcb_error *err)
+{
+    const hcb__cuda *api;
+    hcb__record_size size;
+    hcb_record *rec;
+    pending *p;
+    void *stream = NULL;
+    int rc, status;
+
+    if ((rc = stream_of(frame, &api, &stream, err)) != HCB_OK ||
+        (rc = hcb__record_measure(src, n, &size, err)) != HCB_OK)
+        return rc;
+    /* no wait for the pool: this thread waits for the stream anyway */
+    p = hcb__pinned_take(api, rt, HCB_DEVICE_ORDINAL(device),
+                         sizeof *p + size.bytes, false, err);
+    if (p != NULL) {
+        p->rt = rt;
+        rec = hcb__record_place(p->record, &pinned_owner, &size, id, device,
+                                src, n);
+    } else if ((rc = err->code) != HCB_OK ||
+               (rc = hcb__record_alloc(id, device, src, n, &rec, err)) !=
+                   HCB_OK) {
+        return rc;
+    }
+    if ((rc = copy_arrays(api, stream, rec->args, src, n, HCB__CUDA_D2H,
+                          err)) == HCB_OK &&
+        (status = api->stream_synchronize(stream)) != 0)
+        rc = hcb__cuda_fail(api, status, "waiting for a tap's copy", err);
+    if (rc != HCB_OK) {
+        settle(api, stream);
+        hcb_record_release(rec);
+        return rc;
+    }
+    *out = rec;
+    return HCB_OK;
+}
+
 /* ---- calls ------------------------------------------------------------- */
 
 /* Host copies of a call's arrays, laid out in `mem` like the device ones. */
@@ -440,30 +491,12 @@ cuda_call_in_place(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
     return rc;
 }
 
-/* The taps of the stream so far have landed and been submitted once the
- * stream is idle: their host functions (`landed`, `unstage`) have run.
- * The one synchronisation of a computation whose results wait for its
- * callbacks (hcb_flush), on XLA's thread. */
-static int
-cuda_drain(const XLA_FFI_CallFrame *frame, hcb_error *err)
-{
-    const hcb__cuda *api;
-    void *stream = NULL;
-    int rc, status;
-
-    if ((rc = stream_of(frame, &api, &stream, err)) != HCB_OK)
-        return rc;
-    if ((status = api->stream_synchronize(stream)) != 0)
-        return hcb__cuda_fail(api, status, "waiting for the stream", err);
-    return HCB_OK;
-}
-
 const hcb__platform hcb__platform_cuda = {cuda_device, cuda_copy_on_device,
-                                          cuda_send, cuda_call, cuda_drain};
+                                          cuda_send, cuda_call, cuda_fetch};
 
 const hcb__platform hcb__platform_cuda_in_place = {
     cuda_device, cuda_copy_on_device, cuda_send, cuda_call_in_place,
-    cuda_drain};
+    cuda_fetch};
 
 /* ---- the ordinal ---------------------------------------------------------
  *
@@ -500,10 +533,14 @@ cuda_ordinal_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
 static const hcb__handler cuda = {&hcb__platform_cuda, NULL};
 static const hcb__handler cuda_buffer = {&hcb__platform_cuda_in_place, NULL};
 
-HCB_FFI_HANDLER_CTX(hcb_ffi_tap_cuda, "hcb_tap", hcb__tap_body, &cuda, 0)
 HCB_FFI_HANDLER_CTX(hcb_ffi_ordinal_handler_cuda, "hcb_device_ordinal",
                     cuda_ordinal_body, &cuda, 0)
-HCB_FFI_HANDLER_CTX(hcb_ffi_flush_cuda, "hcb_flush", hcb__flush_body, &cuda, 0)
+
+XLA_FFI_Error *
+hcb_ffi_tap_cuda(XLA_FFI_CallFrame *frame)
+{
+    return hcb__run_as_is(frame, "hcb_tap", hcb__tap_body, (void *)&cuda);
+}
 
 XLA_FFI_Error *
 hcb_ffi_call_cuda(XLA_FFI_CallFrame *frame)

@@ -38,6 +38,8 @@ channel_new(hcb_runtime *rt, hcb_device device, hcb_error *err)
     atomic_init(&ch->delivering, NULL);
     atomic_init(&ch->stall_warned_ns, 0);
     atomic_init(&ch->call_noted_ns, 0);
+    atomic_init(&ch->now_records, 0);
+    atomic_init(&ch->now_bytes, 0);
     if (hcb__queue_init(&ch->queue, rt->max_queue_bytes) != HCB_OK) {
         hcb__free(ch);
         hcb_error_set(err, HCB_ESYSTEM, "cannot initialise a device queue");
@@ -62,9 +64,8 @@ hcb__channel_free(channel *ch)
     hcb__free(ch);
 }
 
-/* Finds or creates the channel of `device`. */
-static channel *
-channel_get(hcb_runtime *rt, hcb_device device, hcb_error *err)
+channel *
+hcb__channel_get(hcb_runtime *rt, hcb_device device, hcb_error *err)
 {
     channel *ch = hcb__channel_find(rt, device);
     size_t i;
@@ -224,7 +225,7 @@ hcb_runtime_submit(hcb_runtime *rt, hcb_record *rec, hcb_error *err)
 
     if (rec == NULL)
         return hcb_error_set(err, HCB_EINVAL, "record is NULL");
-    ch = channel_get(rt, rec->device, err);
+    ch = hcb__channel_get(rt, rec->device, err);
     if (ch == NULL) {
         hcb_record_release(rec);
         return err != NULL ? err->code : HCB_ENOMEM;
@@ -274,7 +275,7 @@ int
 hcb__runtime_reserve(hcb_runtime *rt, hcb_device device, size_t bytes,
                      hcb_error *err)
 {
-    channel *ch = channel_get(rt, device, err);
+    channel *ch = hcb__channel_get(rt, device, err);
     hcb__push_result res;
     hcb__wait wait;
     int rc;
@@ -369,82 +370,6 @@ hcb_runtime_barrier(hcb_runtime *rt, hcb_device device, hcb_error *err)
     return hcb_runtime_barrier_poll(rt, device, 0, NULL, NULL, err);
 }
 
-int
-hcb_runtime_flush(hcb_runtime *rt, hcb_device device, hcb_error *err)
-{
-    channel *ch = hcb__channel_find(rt, device);
-    uint64_t mark, nested, start, warn_at, seen_done = 0;
-    bool warned = false;
-    hcb__wait wait;
-    int rc;
-
-    /* Its own consumer would wait for itself (a tap function that runs a
-     * computation of its device in its own thread). */
-    if (ch == NULL || hcb__consumer == ch || hcb__queue_idle(&ch->queue))
-        return HCB_OK;
-    if (hcb__queue_stranded(&ch->queue) &&
-        (rc = hcb__ensure_consumer(ch, true, err)) != HCB_OK)
-        return rc;
-    nested = hcb__queue_self_pushed(&ch->queue);
-    mark = hcb__queue_mark(&ch->queue);
-    seen_done = atomic_load(&ch->queue.done);
-    start = hcb__now_ns();
-    warn_at = start + HCB_CALL_WAIT_WARN_NS;
-    hcb__runtime_wait_begin(rt, device, &wait);
-    for (;;) {
-        uint64_t now, done;
-
-        if (hcb__queue_wait_mark(
-                &ch->queue, mark,
-                hcb__wait_deadline(&wait, warned ? 0 : warn_at))) {
-            uint64_t more = hcb__queue_self_pushed(&ch->queue);
-
-            if (more == nested)
-                return HCB_OK;
-            /* Records those callbacks issued themselves, running a
-             * computation of this device in the consumer's thread: they
-             * belong to those callbacks (JAX runs a nested computation's
-             * callbacks inside the outer one), so wait for them too. */
-            nested = more;
-            mark = hcb__queue_mark(&ch->queue);
-            continue;
-        }
-        now = hcb__now_ns();
-        done = atomic_load(&ch->queue.done);
-        if (done != seen_done) {
-            /* a backlog that moves: no one waits for this computation */
-            seen_done = done;
-            warn_at = now + HCB_CALL_WAIT_WARN_NS;
-        } else if (!warned && now >= warn_at) {
-            const target *t =
-                atomic_load_explicit(&ch->delivering, memory_order_relaxed);
-
-            warned = true;
-            hcb__runtime_log(
-                rt,
-                "a computation on %s:%d has waited %.1f s at its end for "
-                "the %llu callbacks its device issued before, and none has "
-                "finished for %.1f s (the tap function now running: '%s'); "
-                "its results are ready once they have run.  It goes on "
-                "waiting.  If that callback function runs a computation "
-                "with debug callbacks or progress bars on the same device, "
-                "they wait for each other: run that computation on another "
-                "device, or outside the callback",
-                hcb__platform_name(device), (int)HCB_DEVICE_ORDINAL(device),
-                (double)(now - start) / 1e9,
-                (unsigned long long)(mark > done ? mark - done : 0),
-                (double)HCB_CALL_WAIT_WARN_NS / 1e9,
-                t != NULL ? t->name : "(none)");
-        }
-        if (hcb__wait_stopped(&wait))
-            return hcb__wait_fail(&wait, err, "",
-                                  "interrupted while waiting for the "
-                                  "callbacks of %s:%d to run",
-                                  hcb__platform_name(device),
-                                  (int)HCB_DEVICE_ORDINAL(device));
-    }
-}
-
 /* A producer of `ch` (the device's thread) has waited `waited_ns` for room
  * in the queue, while `delivered` records were delivered (queue.c calls it
  * once per wait, no lock held).  Warns, at most once a minute per device,
@@ -517,6 +442,12 @@ hcb_runtime_stop(hcb_runtime *rt, hcb_error *err)
     return HCB_OK;
 }
 
+bool
+hcb_in_consumer_thread(void)
+{
+    return hcb__consumer != NULL;
+}
+
 int
 hcb_runtime_set_max_queue_bytes(hcb_runtime *rt, size_t bytes, hcb_error *err)
 {
@@ -540,7 +471,14 @@ hcb_runtime_set_max_queue_bytes(hcb_runtime *rt, size_t bytes, hcb_error *err)
 static void
 add_stats(channel *ch, hcb_stats *s)
 {
+    uint64_t now = atomic_load_explicit(&ch->now_records, memory_order_relaxed);
+    uint64_t bytes = atomic_load_explicit(&ch->now_bytes, memory_order_relaxed);
+
     hcb__queue_add_stats(&ch->queue, s);
+    s->records_in += now;
+    s->records_out += now;
+    s->bytes_in += bytes;
+    s->bytes_out += bytes;
     s->errors += atomic_load_explicit(&ch->errors, memory_order_relaxed);
     s->devices++;
 }

@@ -363,8 +363,6 @@ hcb__queue_push(hcb__queue *q, hcb_record *rec, bool self_consumer,
 {
     if (!reserve(q, rec->size, self_consumer, wait))
         return HCB__PUSH_STOPPED;
-    if (self_consumer)
-        atomic_fetch_add(&q->self_pushed, 1);
     atomic_fetch_add(&q->pushed, 1); /* before the link: see Counts */
     link_last(q, rec);
     wake_consumer(q);
@@ -621,12 +619,6 @@ uint64_t
 hcb__queue_mark(hcb__queue *q)
 {
     return atomic_load(&q->pushed);
-}
-
-uint64_t
-hcb__queue_self_pushed(hcb__queue *q)
-{
-    return atomic_load(&q->self_pushed);
 }
 
 bool

@@ -36,9 +36,6 @@ typedef struct hcb__queue {
     /* records whose tap function has returned, counted one by one (done
      * lags behind in batches): whether a queue moves */
     _Atomic uint64_t delivered;
-    /* Records the consumer pushed to this queue itself (a tap function
-     * that runs a computation of its device in the consumer's thread). */
-    _Atomic uint64_t self_pushed;
     char pad2[64];
 
     /* Read on every push, written rarely. */
@@ -198,10 +195,6 @@ void hcb__queue_wait_done(hcb__queue *q);
  * returns whether those records are done. */
 uint64_t hcb__queue_mark(hcb__queue *q);
 bool hcb__queue_wait_mark(hcb__queue *q, uint64_t mark, uint64_t deadline_ns);
-/* How many records the consumer has pushed to its own queue so far (each
- * counted before it is linked, so before the record being delivered when
- * it was pushed is done). */
-uint64_t hcb__queue_self_pushed(hcb__queue *q);
 
 /* Consumer lifecycle, driven by channels.c under the channel's
  * lifecycle lock. */

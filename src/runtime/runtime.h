@@ -52,7 +52,9 @@
  *     XLA calls the CUDA handlers with no context of ours either.
  *
  * Ordering.  Records of one device are consumed one at a time in submit
- * order; a call first waits for the taps its device issued before it.
+ * order; a call, and a record delivered now (hcb_runtime_deliver, in the
+ * computation's own thread), first waits for the taps its device queued
+ * before it.
  * Devices are independent: records of different devices may interleave in
  * any way.
  *
@@ -106,9 +108,9 @@
  * Interrupts.  Every wait of a device's thread can be stopped by the
  * runtime's interrupt check (hcb_runtime_set_interrupt, `interrupt`;
  * interrupt.h): a submit or a reservation waiting for room (queue.c, which
- * keeps a copy per queue), a call waiting for its device's earlier taps
- * (calls.c), a flush (channels.c) and a GPU device waiting for its pinned
- * pool (src/ffi/pinned.c).  Each takes the check as it begins to wait
+ * keeps a copy per queue), a call or a record delivered now waiting for
+ * its device's earlier taps (calls.c), and a GPU device waiting for its
+ * pinned pool (src/ffi/pinned.c).  Each takes the check as it begins to wait
  * (hcb__runtime_wait_begin, or the queue's copy under its mu), calls it
  * then and every poll interval with no lock held, and fails with
  * HCB_ECALLBACK when it says stop; the records queued before are delivered
@@ -166,6 +168,11 @@ typedef struct channel {
     _Atomic uint64_t stall_warned_ns; /* when it last warned; 0: never */
     /* when a call last noted it waits behind a backlog; 0: never */
     _Atomic uint64_t call_noted_ns;
+    /* Records delivered now, in the computation's thread
+     * (hcb_runtime_deliver: they never enter the queue), and their bytes;
+     * counted in the stats as records in and out. */
+    _Atomic uint64_t now_records;
+    _Atomic uint64_t now_bytes;
 } channel;
 
 struct hcb_runtime {
@@ -269,6 +276,9 @@ hcb__runtime_only_cpu_ordinal(hcb_runtime *rt)
 }
 
 /* channels.c */
+/* Finds or creates the channel of `device` (NULL with `err` set: no room,
+ * no memory). */
+channel *hcb__channel_get(hcb_runtime *rt, hcb_device device, hcb_error *err);
 void hcb__channel_free(channel *ch);
 /* Starts the channel's consumer unless it runs.  `recheck` skips the
  * lock-free fast path: the caller saw the queue without a consumer, which

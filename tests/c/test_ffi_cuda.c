@@ -154,7 +154,7 @@ run_body(test_frame *tf, const char *name, hcb_ffi_body_ctx body,
 {
     hcb__handler h = {p, rt};
 
-    return tf_error_code(hcb_ffi_run_ctx(&tf->frame, name, 0, body, &h), msg,
+    return tf_error_code(hcb__run_as_is(&tf->frame, name, body, &h), msg,
                          HCB_ERROR_MESSAGE_SIZE);
 }
 
@@ -197,7 +197,6 @@ test_cuda_handlers_answer_the_metadata_probe(void **state)
     assert_int_equal(tf_probe(hcb_ffi_buffer_call_cuda), 3);
     assert_int_equal(tf_probe(hcb_ffi_ordinal_handler_cuda), 3);
     assert_int_equal(tf_probe(hcb_ffi_sharded_check_cuda), 3);
-    assert_int_equal(tf_probe(hcb_ffi_flush_cuda), 3);
 }
 
 /* The handler returns with the copy still queued on a busy stream; the
@@ -225,52 +224,91 @@ test_tap_returns_without_waiting_for_the_stream(void **state)
     assert_int_equal(atomic_load(&fake_cuda_counts.host_allocs), 1);
 }
 
-typedef struct flush_job {
-    atomic_int done;
-    int rc;
-} flush_job;
-
-static void *
-flush_on_stream(void *arg)
+/* A tap delivered now (attribute deliver = `mode`) of one int32[n] array on
+ * the stream. */
+static int
+tap_now(int32_t *device_data, int64_t n, uint64_t id, int64_t mode, char *msg)
 {
-    flush_job *j = arg;
-    char msg[HCB_ERROR_MESSAGE_SIZE];
+    int64_t dims[1] = {n};
     test_frame tf;
 
     tf_init(&tf);
-    tf_add_buffer(&tf, XLA_FFI_DataType_TOKEN, NULL, 0, NULL, NULL);
-    j->rc =
-        run_body(&tf, "hcb_flush", hcb__flush_body, &hcb__platform_cuda, msg);
+    tf_add_buffer(&tf, XLA_FFI_DataType_S32, device_data, 1, dims, NULL);
+    tf_add_u64(&tf, "callback_id", id);
+    tf_add_i64(&tf, "deliver", mode);
+    tf_add_i64(&tf, "ntapped", 1);
+    return run_body(&tf, "hcb_tap", hcb__tap_body, &hcb__platform_cuda, msg);
+}
+
+typedef struct now_job {
+    int32_t *data;
+    atomic_int done;
+    int rc;
+} now_job;
+
+static void *
+tap_now_on_stream(void *arg)
+{
+    now_job *j = arg;
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+
+    j->rc = tap_now(j->data, 1, sink_id, 1, msg);
     atomic_store(&j->done, 1);
     return NULL;
 }
 
-/* hcb_flush waits for the stream (once), so that the taps on it have
- * landed and been submitted, and then for their delivery: when it
- * returns, the tap function has run.  The tap itself never waited. */
+/* A tap delivered now (the drop-ins) waits for its copy on XLA's thread,
+ * the one synchronisation it costs, and then for the device's earlier taps,
+ * and runs its function there: when the handler returns, it has run, after
+ * the tap queued before it.  It enqueues no host function: nothing on the
+ * stream waits for a tap function. */
 static void
-test_flush_waits_for_the_stream_then_the_deliveries(void **state)
+test_a_tap_delivered_now_waits_for_the_stream_on_xlas_thread(void **state)
 {
     int32_t x[2] = {51, 52};
     char msg[HCB_ERROR_MESSAGE_SIZE];
-    flush_job j = {0, -1};
+    now_job j = {&x[1], 0, -1};
     pthread_t t;
 
     (void)state;
     sink->delay_us = 5000;
     fake_stream_hold(stream, true);
-    assert_int_equal(tap(x, 2, sink_id, msg), 0);
+    assert_int_equal(tap(x, 1, sink_id, msg), 0);
     assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 0);
-    assert_int_equal(pthread_create(&t, NULL, flush_on_stream, &j), 0);
+    assert_int_equal(pthread_create(&t, NULL, tap_now_on_stream, &j), 0);
     tu_sleep_us(20000);
-    assert_false(atomic_load(&j.done)); /* the copy has not landed */
+    assert_false(atomic_load(&j.done)); /* the copies have not landed */
     fake_stream_hold(stream, false);
     pthread_join(t, NULL);
     assert_int_equal(j.rc, 0);
-    assert_int_equal(tu_sink_count(sink), 1); /* delivered, no barrier */
+    assert_int_equal(tu_sink_count(sink), 2); /* both delivered, no barrier */
     assert_int_equal(sink->first_value[0], 51);
+    assert_int_equal(sink->first_value[1], 52);
     assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 1);
+    assert_int_equal(atomic_load(&fake_cuda_counts.host_funcs), 1);
     sink->delay_us = 0;
+}
+
+/* Its function's failure fails the computation (deliver=1), or is only
+ * recorded (deliver=2); its pinned memory goes back either way. */
+static void
+test_a_tap_delivered_now_fails_its_computation(void **state)
+{
+    int32_t x[1] = {7};
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    hcb_error last;
+
+    (void)state;
+    (void)hcb_runtime_take_error(rt, NULL);
+    sink->fail_on = 7;
+    assert_int_not_equal(tap_now(x, 1, sink_id, 1, msg), 0);
+    assert_string_equal(msg, "sink refused value 7");
+    assert_int_equal(tap_now(x, 1, sink_id, 2, msg), 0);
+    assert_int_equal(hcb_runtime_take_error(rt, &last), 2);
+    sink->fail_on = -1;
+    assert_int_equal(tap_now(x, 1, sink_id, 1, msg), 0);
+    assert_int_equal(tu_sink_count(sink), 3);
+    assert_int_equal(atomic_load(&fake_cuda_counts.host_funcs), 0);
 }
 
 /* Records reach the tap function in the order the device issued them, the
@@ -1146,8 +1184,10 @@ main(void)
         cmocka_unit_test_setup_teardown(
             test_tap_returns_without_waiting_for_the_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(
-            test_flush_waits_for_the_stream_then_the_deliveries, setup,
+            test_a_tap_delivered_now_waits_for_the_stream_on_xlas_thread, setup,
             teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_tap_delivered_now_fails_its_computation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_taps_keep_program_order, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_full_pool_makes_the_device_wait,

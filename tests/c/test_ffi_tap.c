@@ -56,7 +56,7 @@ run(test_frame *tf, char *msg)
     hcb__handler h = {&hcb__platform_cpu, rt};
 
     return tf_error_code(
-        hcb_ffi_run_ctx(&tf->frame, "hcb_tap", 0, hcb__tap_body, &h), msg,
+        hcb__run_as_is(&tf->frame, "hcb_tap", hcb__tap_body, &h), msg,
         HCB_ERROR_MESSAGE_SIZE);
 }
 
@@ -65,7 +65,6 @@ test_answers_metadata_probe_with_0_3(void **state)
 {
     (void)state;
     assert_int_equal(tf_probe(hcb_ffi_tap), 3);
-    assert_int_equal(tf_probe(hcb_ffi_flush), 3);
 }
 
 static void
@@ -302,36 +301,93 @@ test_token_alone_as_the_result(void **state)
                         "alias the operands, or be the order token alone");
 }
 
-/* hcb_flush returns once the records the device submitted before it have
- * been delivered: no barrier needed after it. */
-static void
-test_flush_returns_after_the_earlier_taps_ran(void **state)
+/* A tap with attribute deliver runs its function before the handler
+ * returns, in the handler's own thread, after the taps queued before it:
+ * no barrier needed after it. */
+static pthread_t deliverer;
+static atomic_int delivered_in_caller;
+
+static int
+note_thread(void *user, hcb_record *rec, hcb_error *err)
 {
-    hcb__handler h = {&hcb__platform_cpu, rt};
+    atomic_store(&delivered_in_caller,
+                 pthread_equal(pthread_self(), deliverer) ? 1 : 0);
+    return tu_sink_fn(user, rec, err);
+}
+
+/* A frame tapping `n` int32 or float32 values for `id`, with attribute
+ * deliver = `mode` (attributes in XLA's sorted order). */
+static void
+deliver_frame(test_frame *tf, XLA_FFI_DataType dtype, void *data, int64_t *dims,
+              uint64_t id, int64_t mode)
+{
+    tf_init(tf);
+    tf_add_buffer(tf, dtype, data, 1, dims, NULL);
+    tf_add_u64(tf, "callback_id", id);
+    tf_add_i64(tf, "deliver", mode);
+    tf_add_i64(tf, "ntapped", 1);
+}
+
+static void
+test_deliver_runs_the_tap_in_the_handlers_thread(void **state)
+{
+    hcb_tap_target t = HCB_TAP_TARGET_INIT;
     float x[1] = {2.0f};
     int64_t dx[1] = {1};
     test_frame tf;
     char msg[HCB_ERROR_MESSAGE_SIZE];
     size_t before = tu_sink_count(sink);
+    uint64_t id = 0;
     int i;
 
     (void)state;
-    sink->delay_us = 2000; /* a slow consumer: the flush must wait */
+    t.fn = note_thread;
+    t.user = sink;
+    assert_int_equal(hcb_runtime_register_tap(rt, &t, &id, NULL), HCB_OK);
+    sink->delay_us = 2000; /* a slow consumer: the delivery must wait */
     for (i = 0; i < 5; i++) {
-        tf_init(&tf);
-        tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, dx, NULL);
-        tf_add_u64(&tf, "callback_id", sink_id);
-        tf_add_i64(&tf, "ntapped", 1);
+        deliver_frame(&tf, XLA_FFI_DataType_F32, x, dx, sink_id, 0);
         assert_int_equal(run(&tf, msg), 0);
     }
-    tf_init(&tf);
-    tf_add_buffer(&tf, XLA_FFI_DataType_TOKEN, NULL, 0, NULL, NULL);
-    assert_int_equal(tf_error_code(hcb_ffi_run_ctx(&tf.frame, "hcb_flush", 0,
-                                                   hcb__flush_body, &h),
-                                   msg, sizeof msg),
-                     0);
-    assert_int_equal(tu_sink_count(sink), before + 5);
+    deliverer = pthread_self();
+    deliver_frame(&tf, XLA_FFI_DataType_F32, x, dx, id, 1);
+    assert_int_equal(run(&tf, msg), 0);
+    /* the five queued ones first, then this one, here */
+    assert_int_equal(tu_sink_count(sink), before + 6);
+    assert_true(atomic_load(&delivered_in_caller));
     sink->delay_us = 0;
+}
+
+/* deliver=1: the tap function's failure fails the computation, with its
+ * message; deliver=2: it is only recorded, and the computation goes on.
+ * Both count it for hcb_runtime_take_error. */
+static void
+test_deliver_fails_or_keeps_the_tap_functions_error(void **state)
+{
+    int32_t v[1] = {13};
+    int64_t dv[1] = {1};
+    test_frame tf;
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    hcb_error last;
+
+    (void)state;
+    (void)hcb_runtime_take_error(rt, NULL);
+    sink->fail_on = 13;
+    deliver_frame(&tf, XLA_FFI_DataType_S32, v, dv, sink_id, 1);
+    assert_int_not_equal(run(&tf, msg), 0);
+    assert_string_equal(msg, "sink refused value 13");
+    deliver_frame(&tf, XLA_FFI_DataType_S32, v, dv, sink_id, 2);
+    assert_int_equal(run(&tf, msg), 0);
+    assert_int_equal(hcb_runtime_take_error(rt, &last), 2);
+    assert_string_equal(last.message, "sink refused value 13");
+    sink->fail_on = -1;
+    /* the runtime works on */
+    deliver_frame(&tf, XLA_FFI_DataType_S32, v, dv, sink_id, 1);
+    assert_int_equal(run(&tf, msg), 0);
+
+    deliver_frame(&tf, XLA_FFI_DataType_S32, v, dv, sink_id, 3);
+    assert_int_equal(run(&tf, msg), XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    assert_string_equal(msg, "hcb_tap: deliver is 3, expected 0, 1 or 2");
 }
 
 static void
@@ -366,7 +422,8 @@ main(void)
         cmocka_unit_test(test_good_frame_taps_and_aliases),
         cmocka_unit_test(test_order_tokens_are_skipped),
         cmocka_unit_test(test_token_alone_as_the_result),
-        cmocka_unit_test(test_flush_returns_after_the_earlier_taps_ran),
+        cmocka_unit_test(test_deliver_runs_the_tap_in_the_handlers_thread),
+        cmocka_unit_test(test_deliver_fails_or_keeps_the_tap_functions_error),
         cmocka_unit_test(test_only_cpu_device_is_used_without_asking_xla),
         cmocka_unit_test(test_unaliased_result_is_copied),
         cmocka_unit_test(test_zero_operands),

@@ -1,6 +1,6 @@
 /* test_interrupt.c - the runtime's interrupt check (hcb_runtime_set_interrupt)
  * stops every wait of a device's thread: a submit or a reservation waiting
- * for room, a call waiting for its device's earlier taps, a flush; and a
+ * for room, a call or a delivery waiting for its device's earlier taps; and a
  * polling barrier's own check (hcb_runtime_barrier_poll).  Each stopped
  * wait fails with HCB_ECALLBACK and the check's reason, what it waited for
  * is still delivered, and the runtime goes on.  (The GPU's waits, for room
@@ -223,11 +223,13 @@ test_a_call_waiting_for_earlier_taps_is_stopped(void **state)
     free(g);
 }
 
-/* A flush (the end of a computation whose callbacks must run before its
- * results are ready) is stopped while a tap function holds it; the record
- * is delivered all the same, and the next flush waits for it. */
+/* A tap delivered now (hcb_runtime_deliver: the drop-ins, which run in the
+ * computation's thread) waits for its device's earlier taps; that wait is
+ * stopped while a tap function holds it.  The delivered record's function
+ * does not run, the held record is delivered all the same, and the next
+ * delivery waits for it. */
 static void
-test_a_flush_is_stopped(void **state)
+test_a_delivery_is_stopped(void **state)
 {
     hcb_runtime *rt = tu_new_runtime(1 << 20);
     tu_gate *g = calloc(1, sizeof *g);
@@ -242,35 +244,43 @@ test_a_flush_is_stopped(void **state)
     assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 0, SMALL), NULL),
                      HCB_OK);
     tu_wait_holding(g);
-    assert_int_equal(hcb_runtime_flush(rt, CPU0, &err), HCB_ECALLBACK);
-    assert_string_equal(err.message, "interrupted while waiting for the "
-                                     "callbacks of cpu:0 to run: stopped by "
-                                     "the test");
+    assert_int_equal(hcb_runtime_deliver(rt, tu_record(id, 0, 5, SMALL),
+                                         HCB_DELIVER_FAIL, &err),
+                     HCB_ECALLBACK);
+    assert_string_equal(err.message, "tap 'gate' on cpu:0 interrupted while "
+                                     "waiting for the 1 taps its device "
+                                     "issued before it: stopped by the test");
     assert_int_equal(atomic_load(&stop.calls), 3);
     assert_int_equal(hcb_runtime_set_interrupt(rt, 0, NULL, NULL, NULL),
                      HCB_OK);
     atomic_store(&g->release, 1);
-    assert_int_equal(hcb_runtime_flush(rt, CPU0, NULL), HCB_OK);
-    assert_int_equal(atomic_load(&g->total), 1);
+    assert_int_equal(hcb_runtime_deliver(rt, tu_record(id, 0, 6, SMALL),
+                                         HCB_DELIVER_FAIL, NULL),
+                     HCB_OK);
+    assert_int_equal(atomic_load(&g->seen[0]), 1);
+    assert_int_equal(atomic_load(&g->seen[5]), 0); /* never ran */
+    assert_int_equal(atomic_load(&g->seen[6]), 1);
     hcb_runtime_destroy(rt);
     free(g);
 }
 
 /* A wait keeps the check it began with: clearing the runtime's check does
  * not stop one that is waiting from asking its own. */
-typedef struct flusher {
+typedef struct deliverer {
     hcb_runtime *rt;
+    uint64_t id;
     int rc;
     atomic_int done;
-} flusher;
+} deliverer;
 
 static void *
-flush_main(void *arg)
+deliver_main(void *arg)
 {
-    flusher *f = arg;
+    deliverer *d = arg;
 
-    f->rc = hcb_runtime_flush(f->rt, CPU0, NULL);
-    atomic_store(&f->done, 1);
+    d->rc = hcb_runtime_deliver(d->rt, tu_record(d->id, 0, 1, SMALL),
+                                HCB_DELIVER_FAIL, NULL);
+    atomic_store(&d->done, 1);
     return NULL;
 }
 
@@ -281,7 +291,7 @@ test_a_wait_keeps_the_check_it_began_with(void **state)
     tu_gate *g = calloc(1, sizeof *g);
     uint64_t id = tu_register_gate(rt, g, 0);
     stop_after never = {CPU0, 0, false, 0};
-    flusher f = {rt, -1, 0};
+    deliverer f = {rt, id, -1, 0};
     pthread_t t;
     int i, before;
 
@@ -292,7 +302,7 @@ test_a_wait_keeps_the_check_it_began_with(void **state)
     assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 0, SMALL), NULL),
                      HCB_OK);
     tu_wait_holding(g);
-    assert_int_equal(pthread_create(&t, NULL, flush_main, &f), 0);
+    assert_int_equal(pthread_create(&t, NULL, deliver_main, &f), 0);
     for (i = 0; i < 5000 && atomic_load(&never.calls) < 2; i++)
         tu_sleep_us(1000);
     assert_int_equal(hcb_runtime_set_interrupt(rt, 0, NULL, NULL, NULL),
@@ -350,7 +360,7 @@ main(void)
         cmocka_unit_test(test_a_submit_waiting_for_room_is_stopped),
         cmocka_unit_test(test_a_reservation_waiting_for_room_is_stopped),
         cmocka_unit_test(test_a_call_waiting_for_earlier_taps_is_stopped),
-        cmocka_unit_test(test_a_flush_is_stopped),
+        cmocka_unit_test(test_a_delivery_is_stopped),
         cmocka_unit_test(test_a_wait_keeps_the_check_it_began_with),
         cmocka_unit_test(test_a_polling_barrier_is_stopped_by_its_check),
     };

@@ -329,96 +329,164 @@ test_a_device_waiting_for_room_names_the_backlog(void **state)
     free(book);
 }
 
-typedef struct flusher {
+typedef struct deliverer {
     hcb_runtime *rt;
+    uint64_t id;
     hcb_device device;
     atomic_int done;
     int rc;
-} flusher;
+} deliverer;
 
 static void *
-flush_thread(void *arg)
+deliver_thread(void *arg)
 {
-    flusher *f = arg;
+    deliverer *d = arg;
 
-    f->rc = hcb_runtime_flush(f->rt, f->device, NULL);
-    atomic_store(&f->done, 1);
+    d->rc = hcb_runtime_deliver(d->rt, tu_record(d->id, d->device, 3, 4),
+                                HCB_DELIVER_FAIL, NULL);
+    atomic_store(&d->done, 1);
     return NULL;
 }
 
-/* hcb_runtime_flush waits for the records its device submitted before it,
- * not for other devices' (stopping one: test_interrupt.c). */
+/* hcb_runtime_deliver runs the tap function at once in the calling thread
+ * when nothing is queued before it, else once the records its device
+ * queued before it are delivered; other devices' queues do not hold it
+ * back (stopping its wait: test_interrupt.c). */
 static void
-test_flush_waits_for_its_device(void **state)
+test_deliver_waits_for_its_device(void **state)
 {
     hcb_runtime *rt = tu_new_runtime(1 << 20);
     tu_gate *g = calloc(1, sizeof *g);
     uint64_t id = tu_register_gate(rt, g, 1);
-    flusher f = {rt, HCB_DEVICE(HCB_PLATFORM_CPU, 0), 0, -1};
+    deliverer d = {rt, id, HCB_DEVICE(HCB_PLATFORM_CPU, 0), 0, -1};
+    hcb_stats st = HCB_STATS_INIT;
     pthread_t t;
     int i;
 
     (void)state;
-    /* nothing submitted: nothing to wait for */
-    assert_int_equal(hcb_runtime_flush(rt, f.device, NULL), HCB_OK);
+    /* nothing queued: delivered now, in this thread */
+    assert_int_equal(hcb_runtime_deliver(rt, tu_record(id, d.device, 2, 4),
+                                         HCB_DELIVER_FAIL, NULL),
+                     HCB_OK);
+    assert_int_equal(atomic_load(&g->seen[2]), 1);
     assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 0, 4), NULL),
                      HCB_OK);
     assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 1, 4), NULL),
                      HCB_OK);
     tu_wait_holding(g);
-    /* device 1 has nothing pending: its flush does not wait for device 0 */
-    assert_int_equal(
-        hcb_runtime_flush(rt, HCB_DEVICE(HCB_PLATFORM_CPU, 1), NULL), HCB_OK);
-    assert_int_equal(pthread_create(&t, NULL, flush_thread, &f), 0);
+    /* device 1 has nothing queued: it does not wait for device 0 */
+    assert_int_equal(hcb_runtime_deliver(
+                         rt,
+                         tu_record(id, HCB_DEVICE(HCB_PLATFORM_CPU, 1), 4, 4),
+                         HCB_DELIVER_FAIL, NULL),
+                     HCB_OK);
+    assert_int_equal(atomic_load(&g->seen[4]), 1);
+    assert_int_equal(pthread_create(&t, NULL, deliver_thread, &d), 0);
     for (i = 0; i < 50; i++)
         tu_sleep_us(1000);
-    assert_false(atomic_load(&f.done)); /* record 1 is still held */
+    assert_false(atomic_load(&d.done)); /* record 1 is still held */
+    assert_int_equal(atomic_load(&g->seen[3]), 0);
     atomic_store(&g->release, 1);
     pthread_join(t, NULL);
-    assert_int_equal(f.rc, HCB_OK);
-    assert_int_equal(atomic_load(&g->total), 2);
+    assert_int_equal(d.rc, HCB_OK);
+    assert_int_equal(atomic_load(&g->seen[3]), 1);
+    assert_int_equal(atomic_load(&g->total), 5);
+    /* deliveries count as records in and out, queued ones as before */
+    assert_int_equal(hcb_runtime_stats(rt, HCB_ALL_DEVICES, &st, NULL), HCB_OK);
+    assert_int_equal(st.records_in, 5);
+    assert_int_equal(st.records_out, 5);
+    assert_int_equal(st.bytes_in, st.bytes_out);
 
     hcb_runtime_destroy(rt);
     free(g);
 }
 
-/* A tap function that flushes its own device (a computation it runs in
- * the consumer's thread) returns at once: it would wait for itself. */
-typedef struct self_flush {
+/* A tap function on the consumer thread that delivers a record of its own
+ * device now (a computation it runs in its own thread) does not wait for
+ * its queue (it would wait for itself): the record runs at once, there. */
+typedef struct self_deliver {
     hcb_runtime *rt;
+    uint64_t inner;
     atomic_int rc;
-} self_flush;
+} self_deliver;
 
 static int
-self_flush_fn(void *user, hcb_record *rec, hcb_error *err)
+self_deliver_fn(void *user, hcb_record *rec, hcb_error *err)
 {
-    self_flush *s = user;
+    self_deliver *s = user;
 
     (void)err;
+    assert_true(hcb_in_consumer_thread());
     atomic_store(&s->rc,
-                 hcb_runtime_flush(s->rt, hcb_record_device(rec), NULL));
+                 hcb_runtime_deliver(
+                     s->rt, tu_record(s->inner, hcb_record_device(rec), 9, 4),
+                     HCB_DELIVER_FAIL, NULL));
     return 0;
 }
 
 static void
-test_flush_from_its_own_consumer_returns_at_once(void **state)
+test_deliver_from_its_own_consumer_runs_at_once(void **state)
 {
     hcb_runtime *rt = tu_new_runtime(1 << 20);
-    self_flush s = {rt, -100};
+    tu_sink *inner = tu_sink_new();
+    self_deliver s = {rt, 0, -100};
     hcb_tap_target t = HCB_TAP_TARGET_INIT;
     uint64_t id = 0;
 
     (void)state;
-    t.fn = self_flush_fn;
+    assert_false(hcb_in_consumer_thread());
+    s.inner = register_sink(rt, inner);
+    t.fn = self_deliver_fn;
     t.user = &s;
     t.name = "self";
     t.name_len = 4;
     assert_int_equal(hcb_runtime_register_tap(rt, &t, &id, NULL), HCB_OK);
     assert_int_equal(hcb_runtime_submit(rt, tu_record(id, 0, 0, 4), NULL),
                      HCB_OK);
-    assert_int_equal(
-        hcb_runtime_flush(rt, HCB_DEVICE(HCB_PLATFORM_CPU, 0), NULL), HCB_OK);
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
     assert_int_equal(atomic_load(&s.rc), HCB_OK);
+    assert_int_equal(tu_sink_count(inner), 1);
+    assert_int_equal(inner->first_value[0], 9);
+    hcb_runtime_destroy(rt);
+    tu_sink_free(inner);
+}
+
+/* What cannot be delivered is refused, the record released, nothing
+ * recorded: a NULL record, an unknown id, a call target's id. */
+static int
+noop_call(void *user, hcb_device device, const hcb_array *args, size_t nargs,
+          const hcb_array *results, size_t nresults, hcb_error *err)
+{
+    (void)user, (void)device, (void)args, (void)nargs, (void)results;
+    (void)nresults, (void)err;
+    return 0;
+}
+
+static void
+test_deliver_refuses_what_is_no_tap(void **state)
+{
+    hcb_runtime *rt = tu_new_runtime(1 << 20);
+    hcb_call_target c = HCB_CALL_TARGET_INIT;
+    hcb_error err;
+    uint64_t id = 0;
+
+    (void)state;
+    c.fn = noop_call;
+    c.name = "c";
+    c.name_len = 1;
+    assert_int_equal(hcb_runtime_register_call(rt, &c, &id, NULL), HCB_OK);
+    assert_int_equal(hcb_runtime_deliver(rt, NULL, HCB_DELIVER_FAIL, &err),
+                     HCB_EINVAL);
+    assert_string_equal(err.message, "record is NULL");
+    assert_int_equal(hcb_runtime_deliver(rt, tu_record(id + 7, 0, 0, 4),
+                                         HCB_DELIVER_FAIL, &err),
+                     HCB_ENOTFOUND);
+    assert_int_equal(
+        hcb_runtime_deliver(rt, tu_record(id, 0, 0, 4), HCB_DELIVER_FAIL, &err),
+        HCB_EINVAL);
+    assert_string_equal(err.message,
+                        "id 1 is the call target 'c', not a tap target");
+    assert_int_equal(hcb_runtime_take_error(rt, NULL), 0);
     hcb_runtime_destroy(rt);
 }
 
@@ -879,8 +947,9 @@ main(void)
         cmocka_unit_test(
             test_a_call_behind_a_stuck_tap_says_they_may_wait_for_each_other),
         cmocka_unit_test(test_a_device_waiting_for_room_names_the_backlog),
-        cmocka_unit_test(test_flush_waits_for_its_device),
-        cmocka_unit_test(test_flush_from_its_own_consumer_returns_at_once),
+        cmocka_unit_test(test_deliver_waits_for_its_device),
+        cmocka_unit_test(test_deliver_from_its_own_consumer_runs_at_once),
+        cmocka_unit_test(test_deliver_refuses_what_is_no_tap),
         cmocka_unit_test(test_fork_child_has_its_own_runtime),
         cmocka_unit_test(test_several_producers_one_device),
         cmocka_unit_test(test_devices_have_their_own_queues),

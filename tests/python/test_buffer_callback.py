@@ -315,6 +315,12 @@ def test_every_attribute_of_jax_s_buffer_and_context_is_here():
     assert public(theirs) <= public(ours), public(theirs) - public(ours)
   assert ({s.name for s in jax_buffer_callback.ExecutionStage}
           == {s.name for s in hcb.ExecutionStage})
+  # and they read and compare alike
+  for theirs in jax_buffer_callback.ExecutionStage:
+    ours = hcb.ExecutionStage[theirs.name]
+    assert (str(ours), repr(ours), ours.value) == (
+        str(theirs), repr(theirs), theirs.value)
+    assert (ours == theirs.value) == (theirs == theirs.value)
 
 
 def test_gpu_buffer_refuses_host_access_and_says_what_to_use():

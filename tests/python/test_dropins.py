@@ -473,37 +473,43 @@ def test_partitioned_callback_under_jit_gets_each_shard():
   assert len(assert_same_calls(run, sort=True)) == n
 
 
-# ---- asynchrony, barriers, errors --------------------------------------------
+# ---- in the computation, barriers, errors -----------------------------------
 
-@pytest.mark.parametrize("barrier", ["effects_barrier", "barrier_wait"])
-def test_debug_callbacks_are_asynchronous_and_flushed_by_barriers(barrier):
+@pytest.mark.parametrize("mod", list(DEBUGS))
+def test_a_debug_callback_has_run_when_its_call_returns(mod):
+  # Inside the computation, as JAX's: no barrier needed; a barrier after
+  # them waits for nothing more.
   done = []
 
   def slow(x):
-    time.sleep(0.2)
+    time.sleep(0.05)
     done.append(float(x))
 
-  f = jax.jit(lambda x: hdebug.callback(slow, x))
+  f = jax.jit(lambda x: (DEBUGS[mod].callback(slow, x), x + 1)[1])
   for i in range(3):
-    f(jnp.float32(i))
-  if barrier == "effects_barrier":
-    jax.effects_barrier()
-  else:
-    hcb.barrier_wait()
+    f(jnp.float32(i)).block_until_ready()
+    assert done[-1] == float(i)
+  jax.effects_barrier()
+  hcb.barrier_wait()
   assert done == [0., 1., 2.]
 
 
-def test_callback_errors_eagerly_raise_and_under_jit_reach_barrier_wait():
+def test_callback_errors_raise_eagerly_and_fail_the_jitted_call_as_jaxs():
   def bad(x):
-    raise ZeroDivisionError("bad value")
+    if x > 0:
+      raise ZeroDivisionError("bad value")
 
-  for mod in DEBUGS.values():  # eagerly both raise the exception itself
+  for mod in DEBUGS.values():
+    # eagerly both raise the exception itself
     with pytest.raises(ZeroDivisionError, match="bad value"):
       mod.callback(bad, 1.)
-  # Under jit ours is a tap: the computation goes on, barrier_wait raises.
-  jax.jit(lambda x: hdebug.callback(bad, x))(1.)
-  with pytest.raises(hcb.CallbackException, match="bad value"):
-    hcb.barrier_wait()
+    # under jit both fail the call that ran it, naming the exception
+    f = jax.jit(lambda x, mod=mod: mod.callback(bad, x))
+    with pytest.raises(jax.errors.JaxRuntimeError,
+                       match="ZeroDivisionError: bad value"):
+      f(1.)
+    f(-1.)  # the next call works
+  hcb.barrier_wait()  # raised by the call: not again
   with pytest.raises(TypeError, match="must be callable"):
     hdebug.callback(1, 2)
 

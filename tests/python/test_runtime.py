@@ -340,7 +340,7 @@ def test_dtype_codes_and_execution_stages_are_xla_s():
     assert xla == xla_name(dtype.name), (code, dtype)
     checked += 1
   assert checked >= 20, checked
-  assert {s.name: int(s) for s in hcb.ExecutionStage} == {
+  assert {s.name: s.value for s in hcb.ExecutionStage} == {
       s.name: int(s.value) for s in buffer_callback.ExecutionStage}
 
 
