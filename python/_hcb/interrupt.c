@@ -19,13 +19,24 @@
  * stops.  Its computation fails ("... interrupted while waiting ...:
  * Ctrl-C (SIGINT)"), the records queued before are delivered as usual, and
  * Python's own handler, which the chain calls first, then runs as soon as
- * the main thread runs Python again (KeyboardInterrupt by default).  Waits
- * on other threads go on, as the computations of other threads do in JAX
- * when the main thread is interrupted: Ctrl-C is the main thread's.  The
- * check takes no lock but its own and never the GIL, so it is safe on any
- * thread.  A SIGINT that came before the wait began is Python's alone: it
- * is handled once the main thread runs Python again (press Ctrl-C again to
- * end a wait that began after it).
+ * the main thread runs Python again (KeyboardInterrupt by default).
+ *
+ * Ctrl-C is the main thread's.  A wait on another thread belongs either to
+ * another Python thread's computation, which goes on as in JAX, or to the
+ * main thread's own, run by an XLA worker while the main thread waits for
+ * it inside jaxlib (a computation whose kernels XLA parallelised ends on
+ * the worker that finished last).  The main thread tells them apart: such
+ * a wait, seeing a SIGINT since it began, asks the main thread to note it
+ * (Py_AddPendingCall, which needs neither the GIL nor a thread state).  A
+ * main thread that runs Python takes the SIGINT as KeyboardInterrupt and
+ * notes it within milliseconds: the wait goes on.  One that has not noted
+ * it after TAKE_NS waits inside a computation, most likely this one, and
+ * would not see Ctrl-C before that computation ends: the wait stops.
+ *
+ * The check takes no lock but its own and never the GIL, so it is safe on
+ * any thread.  A SIGINT that came before the wait began is Python's alone:
+ * it is handled once the main thread runs Python again (press Ctrl-C again
+ * to end a wait that began after it).
  *
  * barrier_wait is not such a wait: it runs in a Python thread, which runs
  * the signal handlers itself while it waits (module.c, hcb_barrier).
@@ -42,6 +53,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 /* SIGINTs received since the process started (the handler's counter). */
@@ -104,9 +116,62 @@ on_main_thread(void)
     return (pid_t)syscall(SYS_gettid) == getpid();
 }
 
+/* The SIGINT count the main thread last noted while running Python
+ * (note_sigints, a pending call), and the count it was last asked to note
+ * and when (now_ns's clock). */
+static atomic_uint_fast64_t noted;
+static atomic_uint_fast64_t asked;
+static atomic_uint_fast64_t asked_ns;
+
+/* How long a main thread that runs Python may take to note a SIGINT. */
+#define TAKE_NS 200000000u
+
+static uint64_t
+now_ns(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Runs on the main thread, with the GIL, when it next runs Python. */
+static int
+note_sigints(void *count)
+{
+    uint64_t c = (uint64_t)(uintptr_t)count;
+    uint64_t was = atomic_load(&noted);
+
+    while (was < c && !atomic_compare_exchange_weak(&noted, &was, c))
+        ;
+    return 0;
+}
+
+/* For a wait on a thread other than the main one that has seen `count`
+ * SIGINTs: whether the main thread left them unnoted for TAKE_NS (it waits
+ * inside a computation, most likely the waiting one's). */
+static bool
+main_thread_is_stuck(uint64_t count)
+{
+    uint64_t now = now_ns();
+
+    if (atomic_load(&noted) >= count)
+        return false; /* taken as Python's: another thread's computation */
+    if (atomic_load(&asked) < count) {
+        if (!Py_IsInitialized() ||
+            Py_AddPendingCall(note_sigints, (void *)(uintptr_t)count) != 0)
+            return false; /* asked again at the next poll */
+        atomic_store(&asked_ns, now);
+        atomic_store(&asked, count);
+        return false;
+    }
+    return now - atomic_load(&asked_ns) >= TAKE_NS;
+}
+
 /* The interrupt check (hcb_check_fn): `*state` holds 1 + the count of
- * SIGINTs when this wait began; a SIGINT since stops the wait, if it is the
- * main thread's (other threads' waits go on: 0 as the state). */
+ * SIGINTs when this wait began; a SIGINT since stops the wait on the main
+ * thread, and on another thread once the main thread has left it unnoted
+ * for TAKE_NS. */
 static int
 stop_on_sigint(void *user, hcb_device device, uint64_t *state, hcb_error *err)
 {
@@ -114,14 +179,14 @@ stop_on_sigint(void *user, hcb_device device, uint64_t *state, hcb_error *err)
 
     (void)user;
     (void)device;
-    if (*state == 0 && !on_main_thread())
-        return 0; /* called again with 0: checks nothing */
     if (*state == 0) {
         hook_sigint();
         *state = count + 1;
         return 0;
     }
     if (count + 1 == *state)
+        return 0;
+    if (!on_main_thread() && !main_thread_is_stuck(count))
         return 0;
     hcb_error_set(err, HCB_ECALLBACK, "Ctrl-C (SIGINT)");
     return 1;
