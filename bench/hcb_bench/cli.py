@@ -11,6 +11,7 @@ import time
 from typing import Sequence
 
 from hcb_bench import gpu
+from hcb_bench import sharded
 from hcb_bench.backpressure import measure_backpressure
 from hcb_bench.backpressure import worker_main
 from hcb_bench.cases import measure_dispatch
@@ -45,27 +46,30 @@ def run(cfg: Config, out_dir: str, clients_python: str | None = None
   start = time.perf_counter()
   with tempfile.TemporaryDirectory(prefix="hcb-bench-") as build_dir:
     native = Native(build_dir)
-    progress("1/10 per-step cost in a scan")
+    progress("1/11 per-step cost in a scan")
     steps = measure_per_step(cfg, native)
-    progress("2/10 payload sweep")
+    progress("2/11 payload sweep")
     payload = measure_payload(cfg, native)
-    progress("3/10 dispatch")
+    progress("3/11 dispatch")
     dispatch = measure_dispatch(cfg, native)
-  progress("4/10 printing")
+  progress("4/11 printing")
   printing = measure_printing(cfg)
-  progress("5/10 back-pressure (child process)")
+  progress("5/11 back-pressure (child process)")
   backpressure = measure_backpressure(cfg)
-  progress("6/10 progress bars")
+  progress("6/11 progress bars")
   bars = measure_progress(cfg)
-  progress("7/10 drop-ins against JAX's callbacks")
+  progress("7/11 drop-ins against JAX's callbacks")
   dropins = measure_dropins(cfg)
-  progress("8/10 compile time against the number of leaves tapped")
+  progress("8/11 compile time against the number of leaves tapped")
   compile_time = measure_compile_time(cfg)
-  progress("9/10 client libraries, patched against unpatched (children)")
+  progress("9/11 client libraries, patched against unpatched (children)")
   clients = measure_clients(cfg, clients_python)
-  progress("10/10 one callback per call, idle and beside a busy process")
+  progress("10/11 one callback per call, idle and beside a busy process")
+  per_call = measure_per_call(cfg)
+  progress("11/11 under jit over sharded operands (children, 4 devices)")
   m = Measurements(steps, payload, dispatch, printing, backpressure, bars,
-                   dropins, compile_time, clients, measure_per_call(cfg))
+                   dropins, compile_time, clients, per_call,
+                   sharded.measure_sharded(cfg))
   goals = targets(m)
   plot_per_step(m.steps, os.path.join(out_dir, "per_step.png"))
   plot_payload(m.payload, os.path.join(out_dir, "payload.png"))
@@ -102,9 +106,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "prints its section, writes no RESULTS.md")
   parser.add_argument("--backpressure-worker", metavar="CONFIG",
                       help=argparse.SUPPRESS)
+  parser.add_argument("--sharded-worker", metavar="CONFIG",
+                      help=argparse.SUPPRESS)
+  parser.add_argument("--sharded-unwaited", metavar="KEY,CALLS",
+                      help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.backpressure_worker:
     return worker_main(args.backpressure_worker)
+  if args.sharded_worker:
+    return sharded.worker_main(args.sharded_worker)
+  if args.sharded_unwaited:
+    return sharded.unwaited_main(args.sharded_unwaited)
   if args.gpu:
     return gpu.main(args.smoke, args.out, args.reps)
   cfg = SMOKE if args.smoke else FULL

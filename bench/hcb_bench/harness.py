@@ -42,6 +42,9 @@ class Config:
   compile_leaves: tuple[int, ...]  # scalar leaves tapped, compile time
   compile_reps: int          # repetitions of the compile-time benchmark
   per_call_calls: int        # calls per repetition and condition, item 10
+  sharded_steps: int         # scan length of the per-step part, item 11
+  sharded_calls: int         # calls per repetition and condition, item 11
+  sharded_unwaited: int      # calls of an unwaited loop, item 11
 
 
 FULL = Config(smoke=False, reps=7, steps=10_000, min_rep_s=0.05,
@@ -51,7 +54,9 @@ FULL = Config(smoke=False, reps=7, steps=10_000, min_rep_s=0.05,
               bp_tap_bytes=1 * MiB, bp_sleep_s=0.002,
               progress_steps=100_000, progress_every_steps=10_000,
               compile_leaves=(1, 1_000, 4_000, 10_000), compile_reps=3,
-              per_call_calls=1_000)
+              per_call_calls=1_000, sharded_steps=1_000,
+              sharded_calls=500,
+              sharded_unwaited=3_000)
 
 SMOKE = Config(smoke=True, reps=1, steps=1_000, min_rep_s=0.0,
                payload_sizes=(4, 4 * KiB, 256 * KiB, 4 * MiB, 64 * MiB),
@@ -59,7 +64,8 @@ SMOKE = Config(smoke=True, reps=1, steps=1_000, min_rep_s=0.0,
                prints=200, bp_queue_bytes=16_000_000, bp_taps=24,
                bp_tap_bytes=1 * MiB, bp_sleep_s=0.001,
                progress_steps=2_000, progress_every_steps=200,
-               compile_leaves=(1, 100), compile_reps=1, per_call_calls=20)
+               compile_leaves=(1, 100), compile_reps=1, per_call_calls=20,
+               sharded_steps=50, sharded_calls=20, sharded_unwaited=50)
 
 
 # ---- samples and formatting -------------------------------------------------

@@ -66,10 +66,10 @@ class PerCallResult:
         self.added(condition, f"{key}_ours"))
 
 
-def _variants(counter: Counter) -> dict[str, Callable[[jax.Array], Any]]:
-  """The jitted functions: ``x * 2 + 1`` on f32[16], with one callback of
-  ``x`` (a print of its first element) or none."""
-  spec = jax.ShapeDtypeStruct((16,), jnp.float32)
+def variants(counter: Counter, spec: jax.ShapeDtypeStruct
+             ) -> dict[str, Callable[[jax.Array], Any]]:
+  """The jitted functions: ``x * 2 + 1`` on ``x`` of ``spec``, with one
+  callback of ``x`` (a print of its first element) or none."""
 
   def with_(call: Callable[[jax.Array], Any]) -> Callable[[jax.Array], Any]:
     def f(x: jax.Array) -> Any:
@@ -108,34 +108,42 @@ def _busy() -> Iterator[None]:
     proc.wait()
 
 
-def measure_per_call(cfg: Config) -> PerCallResult:
-  """Item 10: ``per_call_calls`` calls of each variant per repetition and
-  condition, in interleaved blocks, each block timed until its last result
-  is ready."""
-  counter = Counter()
-  variants = _variants(counter)
-  x = jnp.arange(16, dtype=jnp.float32)
-  calls = max(1, cfg.per_call_calls)
+def time_variants(cfg: Config, fns: dict[str, Callable[[Any], Any]],
+                  x: Any, calls: int) -> dict[str, dict[str, Sample]]:
+  """Seconds per call of each of ``fns`` on ``x``, by condition: ``calls``
+  calls per repetition and condition, in interleaved blocks, each block
+  timed until its last result is ready."""
+  calls = max(1, calls)
   block = min(BLOCK, calls)
   blocks = max(1, calls // block)
   seconds: dict[str, dict[str, list[float]]] = {
-      c: {name: [] for name in variants} for c in CONDITIONS}
+      c: {name: [] for name in fns} for c in CONDITIONS}
   with contextlib.redirect_stdout(NullOut()):
-    for fn in variants.values():  # compiled, and warm
+    for fn in fns.values():  # compiled, and warm
       for _ in range(3):
         fn(x).block_until_ready()
     for _ in range(cfg.reps):
       for condition in CONDITIONS:
-        totals = {name: 0.0 for name in variants}
+        totals = {name: 0.0 for name in fns}
         with _busy() if condition == "busy" else contextlib.nullcontext():
           for _ in range(blocks):
-            for name, fn in variants.items():
+            for name, fn in fns.items():
               start = time.perf_counter()
               for _ in range(block):
                 fn(x).block_until_ready()
               totals[name] += time.perf_counter() - start
-        for name in variants:
+        for name in fns:
           seconds[condition][name].append(totals[name] / (block * blocks))
-  return PerCallResult(block * blocks, {
-      c: {name: Sample(tuple(v)) for name, v in row.items()}
-      for c, row in seconds.items()})
+  return {c: {name: Sample(tuple(v)) for name, v in row.items()}
+          for c, row in seconds.items()}
+
+
+def measure_per_call(cfg: Config) -> PerCallResult:
+  """Item 10: ``per_call_calls`` calls of each variant on f32[16]."""
+  x = jnp.arange(16, dtype=jnp.float32)
+  calls = max(1, cfg.per_call_calls)
+  block = min(BLOCK, calls)
+  return PerCallResult(
+      block * max(1, calls // block),
+      time_variants(cfg, variants(Counter(), jax.ShapeDtypeStruct(
+          x.shape, x.dtype)), x, calls))

@@ -30,6 +30,8 @@ from hcb_bench.harness import size_label
 from hcb_bench.per_call import CONDITIONS
 from hcb_bench.per_call import KINDS as PER_CALL_KINDS
 from hcb_bench.per_call import PerCallResult
+from hcb_bench import sharded as sharded_mod
+from hcb_bench.sharded import ShardedResult
 from hcb_bench.progress_bars import ProgressResult
 from hcb_bench.targets import Measurements
 from hcb_bench.targets import Target
@@ -91,6 +93,16 @@ def gap_notes(m: Measurements, goals: list[Target]) -> list[str]:
             f"{us(row[f'{key}_ours'].median)} per call against "
             f"{us(row[f'{key}_jax'].median)} for {jax_api} and "
             f"{us(row['plain'].median)} without a callback.")
+  if m.sharded is not None:
+    for key, label in sharded_mod.STEP_KINDS:
+      if f"sharded_{key}" not in missed:
+        continue
+      one = m.sharded.step_added("one", key).median
+      notes.append(
+          f"- **{label} per step under jit over sharded operands**: "
+          f"{us(m.sharded.step_added('jit', key).median)} against "
+          f"{us(m.sharded.step_added('jit', 'jax').median)} for "
+          f"`jax.debug.callback`; on one device it adds {us(one)}.")
   if m.dropins is not None:
     for p in m.dropins.pairs:
       if f"dropin_{p.key}" not in missed:
@@ -319,6 +331,71 @@ def per_call_section(p: PerCallResult | None) -> list[str]:
   return rows
 
 
+def sharded_section(r: ShardedResult | None) -> list[str]:
+  if r is None:
+    return ["Not measured."]
+  us_text = lambda s: s.map(lambda v: v * 1e6).text()  # noqa: E731
+  ratio_text = lambda v: "–" if v is None else f"{v:.1f}×"  # noqa: E731
+  rows = [
+      f"In child processes with {sharded_mod.DEVICES} CPU devices. "
+      f"**Per step**: a `lax.scan` of {r.steps} steps whose step calls "
+      "back with `jnp.sum` of its f32[4, 8] carry and uses the result "
+      "(`carry * 0.5 + s * 1e-3`): on one device; under `shard_map` over "
+      "the devices (each device's callback of its own shard's sum); under "
+      "jit over the carry sharded across them (one callback of the whole "
+      "sum, which the devices share: the function runs once, on "
+      "`device_index`). Until every callback has run. Added: the scan's "
+      "time per step less that of the same scan using the sum without a "
+      "callback (so the collective the sum needs is the baseline's too), "
+      "repetition by repetition; the ratio is what `jax.debug.callback` "
+      "adds there over what ours adds (the target, under jit over sharded "
+      "operands: ≥ 20×).", "",
+      "| callback | " + " | ".join(
+          f"{label}: adds µs/step | ratio" for _, label in
+          sharded_mod.PLACES) + " |",
+      "|---|" + "---:|---:|" * len(sharded_mod.PLACES)]
+  for key, label in (*sharded_mod.STEP_KINDS,
+                     ("jax", "`jax.debug.callback` (JAX)")):
+    cells = []
+    for place, _ in sharded_mod.PLACES:
+      cells.append(us_text(r.step_added(place, key)))
+      cells.append("" if key == "jax" else ratio_text(
+          r.step_ratio(place, key)))
+    rows.append(f"| {label} | " + " | ".join(cells) + " |")
+  rows += ["", "The scans without a callback: " + ", ".join(
+      f"{us_text(r.step_seconds[place]['baseline'])} µs per step {label}"
+      for place, label in sharded_mod.PLACES) + ".", "",
+      f"**Per call**: as section 10 (one callback per jitted call, "
+      f"{r.calls} calls per repetition and condition), on f32[64] sharded "
+      "across the devices. Such a program of ours is dispatched by JAX's "
+      "Python path, paced (see the unwaited loops below and "
+      "docs/runtime.md): that path, not the callback, is most of what "
+      "ours adds per call here.", "",
+      "| callback | JAX | machine | ours adds µs | JAX adds µs | JAX / "
+      "ours |", "|---|---|---|---:|---:|---:|"]
+  for key, ours, theirs in sharded_mod.CALL_KINDS:
+    for condition in CONDITIONS:
+      rows.append(
+          f"| {ours} | {theirs} | {condition} | "
+          f"{us_text(r.call_added(condition, f'{key}_ours'))} | "
+          f"{us_text(r.call_added(condition, f'{key}_jax'))} | "
+          f"{ratio_text(r.call_ratio(condition, key))} |")
+  rows += ["", "Without a callback: " + ", ".join(
+      f"{us_text(r.call_seconds[c]['plain'])} µs per call {c}"
+      for c in CONDITIONS) + ".", "",
+      f"**Unwaited dispatch**: {r.unwaited_calls} calls of a jitted "
+      "function of f32[64] sharded across the devices, dispatched without "
+      "waiting for a result, then the last one waited for; each in a "
+      f"process of its own, stuck when it has not finished in "
+      f"{sharded_mod.UNWAITED_TIMEOUT_S} s or XLA aborted it.", "",
+      "| program | finished |", "|---|---|"]
+  for key, label in sharded_mod.UNWAITED:
+    seconds = r.unwaited[key]
+    rows.append(f"| {label} | "
+                f"{'stuck' if seconds is None else f'in {seconds:.2f} s'} |")
+  return rows
+
+
 def compile_section(c: CompileResult | None) -> list[str]:
   if c is None:
     return ["Not measured."]
@@ -353,7 +430,8 @@ def report(cfg: Config, m: Measurements, goals: list[Target],
       f"- Run: {datetime.datetime.now().isoformat(timespec='seconds')}, "
       f"{'smoke (CI; numbers mean nothing)' if cfg.smoke else 'full'}, "
       f"{wall_s:.0f} s",
-      f"- Machine: {machine()}; one JAX CPU device",
+      f"- Machine: {machine()}; one JAX CPU device (section 11: "
+      f"{sharded_mod.DEVICES}, in child processes)",
       f"- Software: {versions}",
       f"- Every number is the median of {cfg.reps} repetitions, with "
       "[min–max]; the repetitions of all variants are interleaved; a ratio "
@@ -408,6 +486,8 @@ def report(cfg: Config, m: Measurements, goals: list[Target],
       *clients_section(m.clients), "",
       "## 10. One callback per call, idle and beside a busy process", "",
       *per_call_section(m.per_call), "",
+      "## 11. Under jit over sharded operands", "",
+      *sharded_section(m.sharded), "",
   ]
   if notes:
     lines += ["## What limits the missed targets", "",

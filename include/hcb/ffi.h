@@ -408,6 +408,31 @@ hcb_ffi_device_ordinal(const XLA_FFI_CallFrame *frame, int32_t *out,
     return HCB_OK;
 }
 
+/* XLA's id of the launch this call belongs to: every device of one SPMD
+ * execution sees the same one, so that (run id, device) names one device's
+ * part of it.  HCB_EUNIMPL where the XLA runtime has no RunId_Get. */
+static inline int
+hcb_ffi_run_id(const XLA_FFI_CallFrame *frame, int64_t *out, hcb_error *err)
+{
+    const XLA_FFI_Api *api = frame->api;
+    XLA_FFI_RunId_Get_Args args;
+    XLA_FFI_Error *e;
+
+    if (api->struct_size <= offsetof(XLA_FFI_Api, XLA_FFI_RunId_Get) ||
+        api->XLA_FFI_RunId_Get == NULL)
+        return hcb_error_set(err, HCB_EUNIMPL,
+                             "this XLA runtime cannot report run ids");
+    memset(&args, 0, sizeof args);
+    args.struct_size = XLA_FFI_RunId_Get_Args_STRUCT_SIZE;
+    args.ctx = frame->ctx;
+    e = api->XLA_FFI_RunId_Get(&args);
+    if (e != NULL)
+        return hcb_ffi_take_error(api, e, HCB_EINTERNAL,
+                                  "failed to get the run id", err);
+    *out = args.run_id;
+    return HCB_OK;
+}
+
 /* The platform stream the call runs on (CUDA: the cudaStream_t XLA
  * computes on; enqueue work on it, do not synchronise it in a handler that
  * may be captured in a command buffer).  CPU computations have no stream:

@@ -380,13 +380,61 @@ HCB_API int hcb_runtime_call(hcb_runtime *rt, uint64_t id, hcb_device device,
                              const hcb_array *results, size_t nresults,
                              hcb_error *err);
 
-/* For a call that one device runs for `ndevices` devices that then share
- * its results (JAX's jit over sharded operands): like hcb_runtime_call, and
- * a failure is also parked for the "hcb_sharded_check" FFI handler (see
- * hcb/ffi_handlers.h), which raises it on every one of the devices, so that
- * none waits forever for the others.  Returns the call's error code; `*parked`
- * tells whether the failure was parked (false: raise it now). */
-HCB_API int hcb_runtime_call_shared(hcb_runtime *rt, uint64_t id,
+/* How the devices of one computation share a call, or a tap delivered
+ * now, under jit over operands sharded across devices: every device of the
+ * computation runs the custom call on the whole operands, and one of them,
+ * `runner`, runs the function -- once per call, as JAX runs a callback
+ * there.  The others take a copy of its results, or fail with its error. */
+typedef struct hcb_share {
+    size_t struct_size;
+    hcb_device runner; /* the device that runs the function */
+    /* The devices of this process that make each call, the runner
+     * included (all of the computation's: it has no device elsewhere). */
+    int64_t participants;
+    /* What the calls of one execution share: XLA's run id (hcb_ffi_run_id),
+     * or 0 where there is none. */
+    int64_t launch;
+} hcb_share;
+
+#define HCB_SHARE_INIT                                                         \
+    {                                                                          \
+        sizeof(hcb_share), 0, 1, 0                                             \
+    }
+
+/* Makes call `id` of `device` as one of `share->participants` devices: the
+ * runner runs it as hcb_runtime_call does and publishes a copy of its
+ * results (or its error); each other participant waits for it and copies
+ * those bytes into its own `results`, or fails with the runner's error
+ * (recorded by the runner only).  The k-th call of `id` by each device in
+ * one launch meet: every device makes the same calls, in the same order,
+ * as they do in an SPMD program.  No lock is held while the function runs
+ * or bytes are copied.  A participant that has waited HCB_CALL_WAIT_WARN_NS
+ * for the runner says so (hcb_runtime_set_log) and goes on waiting.
+ * Errors: those of hcb_runtime_call; HCB_EINVAL for a share with no
+ * participant, or results whose sizes differ from the runner's; HCB_ESTATE
+ * when more meetings are under way than the runtime holds (64). */
+HCB_API int hcb_runtime_call_shared(hcb_runtime *rt, const hcb_share *share,
+                                    uint64_t id, hcb_device device,
+                                    const hcb_array *args, size_t nargs,
+                                    const hcb_array *results, size_t nresults,
+                                    hcb_error *err);
+
+/* The same for a tap delivered now (hcb_runtime_deliver): the runner
+ * passes its record and delivers it; the others pass NULL, wait until the
+ * runner's tap function has returned, and return its outcome. */
+HCB_API int hcb_runtime_deliver_shared(hcb_runtime *rt, const hcb_share *share,
+                                       uint64_t id, hcb_device device,
+                                       hcb_record *rec, int flags,
+                                       hcb_error *err);
+
+/* For a call that one device runs for `ndevices` devices whose
+ * collectives then spread its results (JAX's Python callback under jit
+ * over operands sharded across processes): like hcb_runtime_call, and a
+ * failure is also parked for the "hcb_sharded_check" FFI handler (see
+ * hcb/ffi_handlers.h), which raises it on every one of the devices, so
+ * that none waits forever for the others.  Returns the call's error code;
+ * `*parked` tells whether the failure was parked (false: raise it now). */
+HCB_API int hcb_runtime_call_parked(hcb_runtime *rt, uint64_t id,
                                     hcb_device device, const hcb_array *args,
                                     size_t nargs, const hcb_array *results,
                                     size_t nresults, int64_t ndevices,

@@ -13,7 +13,7 @@
  *   run_call(callback_id, device_key, args, outs, ndevices): runs a call
  *     target on numpy arrays (outs preallocated with the declared shapes),
  *     as the hcb_call handler would.  Its failure is parked for all
- *     `ndevices` devices (hcb_runtime_call_shared) and its message returned;
+ *     `ndevices` devices (hcb_runtime_call_parked) and its message returned;
  *     if it could not be parked it is raised.
  */
 #define NO_IMPORT_ARRAY
@@ -157,7 +157,7 @@ hcb_py_run_call(hcb_state *st, PyObject *args)
     if (nin >= 0)
         nout = hcb_py_views_of(st, out_seq, outs.views, outs.keep, outs.n, 1);
     if (nout >= 0) {
-        Py_BEGIN_ALLOW_THREADS rc = hcb_runtime_call_shared(
+        Py_BEGIN_ALLOW_THREADS rc = hcb_runtime_call_parked(
             st->rt, id, (hcb_device)key, ins.views, (size_t)nin, outs.views,
             (size_t)nout, (int64_t)ndevices, &parked, &err);
         Py_END_ALLOW_THREADS hcb_py_views_done(outs.views, outs.keep, nout);

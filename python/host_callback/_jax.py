@@ -316,6 +316,36 @@ OpSharding: Any = _xc.OpSharding
 wrap_with_sharding_op: Callable[..., Any] = _mlir.wrap_with_sharding_op
 set_sharding: Callable[..., Any] = _mlir.set_sharding
 
+# mlir.wrap_with_full_to_shard_op / wrap_with_shard_to_full_op(ctx, value,
+# aval, sharding): the GSPMD partitioner's way into and out of a region
+# where every device computes on its own (MANUAL), as JAX's shard_map
+# lowers without Shardy.  JAX 0.10-0.12.
+wrap_with_full_to_shard_op: Callable[..., Any] = (
+    _mlir.wrap_with_full_to_shard_op)
+wrap_with_shard_to_full_op: Callable[..., Any] = (
+    _mlir.wrap_with_shard_to_full_op)
+
+# dispatch.prim_requires_devices_during_lowering: primitives whose lowering
+# is given the computation's devices (ShardingContext.device_assignment),
+# as JAX's pure_callback and io_callback are: a callback under jit over
+# sharded operands names the device that runs it.  JAX 0.10-0.12.
+prim_requires_devices_during_lowering: set[Any] = (
+    _dispatch.prim_requires_devices_during_lowering)
+
+# ModuleContext.add_host_callback(callback) and .host_callbacks: the Python
+# callables a program registers with jaxlib as its host callbacks.  JAX
+# runs a program that has any with runtime tokens, one per device, that
+# tell when each run has finished (pxla.ExecuteReplicated,
+# has_host_callbacks), which the pacing under jit over sharded operands
+# waits on (_lowering._with_runtime_tokens).  JAX 0.10-0.12.
+def add_host_callback(module_context: Any, callback: Any) -> None:
+  module_context.add_host_callback(callback)
+
+
+def host_callbacks(module_context: Any) -> Sequence[Any]:
+  return module_context.host_callbacks
+
+
 # callback.emit_python_callback(ctx, callback, token, operands,
 # operand_avals, result_avals, *, has_side_effect, returns_token,
 # sharding): JAX's own lowering of a Python callback -- the only custom call
@@ -485,6 +515,21 @@ TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
                          "sharding")),
     ("mlir.set_sharding", lambda: None if callable(set_sharding)
      else "is not callable"),
+    ("mlir.wrap_with_full_to_shard_op and wrap_with_shard_to_full_op",
+     lambda: _has_params(wrap_with_full_to_shard_op, "ctx", "x", "aval_out",
+                         "sharding") or _has_params(
+                             wrap_with_shard_to_full_op, "ctx", "x",
+                             "aval_out", "sharding")),
+    ("mlir.ModuleContext.add_host_callback and host_callbacks",
+     lambda: None if callable(getattr(_mlir.ModuleContext,
+                                      "add_host_callback", None)) and
+     "host_callbacks" in _mlir.ModuleContext.__annotations__
+     else "are not there"),
+    ("dispatch.prim_requires_devices_during_lowering",
+     lambda: None if isinstance(prim_requires_devices_during_lowering, set)
+     else "is not a set"),
+    ("sharding_impls.ShardingContext.device_assignment",
+     lambda: _has_params(ShardingContext, "device_assignment")),
     ("callback.emit_python_callback",
      lambda: _has_params(emit_python_callback, "ctx", "callback", "token",
                          "operands", "operand_avals", "result_avals",

@@ -10,22 +10,30 @@ target works in place on the device's buffers (``buffer_callback``, and
 
 Platforms: every primitive has one lowering rule, registered for each of
 :data:`PLATFORMS` by :func:`register_lowering`.  The rule does not depend
-on the platform, except where the callback goes through JAX's Python
-callback (below): the device key it hands the runtime names the platform.
+on the platform but for the device key it names (below).
 
 - Single-device programs and ``pmap``: every device runs the custom call on
   its own values; no annotation.
 - ``shard_map`` with every mesh axis manual: every device runs it on its own
   shard; the custom call is marked MANUAL as JAX marks its own callbacks.
 - ``jit`` with operands sharded over several devices (automatic SPMD): the
-  callback must run once, on the ``device_index``-th device, with the whole
-  operand.  XLA's Shardy partitioner keeps such a single-device (maximal)
-  sharding only on JAX's own Python-callback custom calls, so this case goes
-  through JAX's Python callback, pinned there.  Its function hands the
-  arrays to our runtime (``_hcb.submit_tap``/``run_call``, the same queues
-  and targets as the custom calls).  JAX's callback does not say which
-  device runs it, so an extra operand does: ``hcb_device_ordinal``, a tiny
-  custom call that every device evaluates to its own ordinal.
+  callback runs once, on the ``device_index``-th device of the
+  computation, with the whole operands, and its results are every
+  device's, as JAX runs its own.  XLA's partitioners keep a single-device
+  (maximal) sharding only on JAX's own callbacks, so :func:`_lower_shared`
+  does it with what they do keep: a region where every device computes on
+  its own (Shardy's manual computation, GSPMD's MANUAL sharding), into
+  which the partitioner gathers the whole operands, as it does for JAX's
+  callback.  There every device runs the custom call, whose attributes
+  ``runner`` (the device key of the one that runs the function) and
+  ``participants`` make the others take the runner's results, or its
+  error, from the runtime (src/runtime/shared.c): one run of the function
+  per call, no collective to spread what it returns, the order token kept.
+  Such a program is dispatched paced, by JAX's Python path (_pacing.py
+  says why).  A computation
+  whose devices are in several processes (``jax.distributed``), and
+  ``jax.debug``'s partitioned callbacks, go through JAX's Python callback
+  instead (:func:`_lower_through_python`).
 """
 
 from __future__ import annotations
@@ -35,9 +43,12 @@ from typing import Any, Callable, Sequence, cast
 import jax
 import numpy as np
 from jax.core import ShapedArray
+from jax.extend.mlir import ir
+from jax.extend.mlir.dialects import sdy
 from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import mlir
 
+from host_callback import _devices
 from host_callback import _hcb
 from host_callback import _errors
 from host_callback import _jax
@@ -54,13 +65,17 @@ _PLATFORM_CODES = {"cpu": _hcb.PLATFORM_CPU, "cuda": _hcb.PLATFORM_CUDA}
 
 def register_lowering(prim: Any, rule: Callable[..., Any]) -> None:
   """Registers ``rule`` as the lowering of ``prim`` on every platform of
-  :data:`PLATFORMS`.
+  :data:`PLATFORMS`, and ``prim`` as one whose lowering knows the devices.
 
   Each platform gets a rule object of its own: when one program is lowered
   for several platforms at once, JAX then emits the rule once per platform
   (in a ``case`` over the platform index), each time with that platform
   alone in ``ctx.platforms``, which :func:`_platform` reads.  (One shared
   rule object would be emitted once, for all platforms together.)"""
+  # Its lowering is given the computation's devices, as JAX's own
+  # callbacks' is: under jit over sharded operands it names the one that
+  # runs the function (_lower_shared).
+  _jax.prim_requires_devices_during_lowering.add(prim)
   for platform in PLATFORMS:
     def platform_rule(ctx: mlir.LoweringRuleContext, *args: Any,
                       **params: Any) -> Any:
@@ -110,6 +125,123 @@ def _maximal(ctx: mlir.LoweringRuleContext, device_index: int) -> Any:
   return sharding
 
 
+def _device_assignment(ctx: mlir.LoweringRuleContext) -> Sequence[Any]:
+  """The devices of an automatically partitioned program, in the order
+  ``device_index`` counts them (empty when JAX does not give them)."""
+  devices = getattr(ctx.module_context.axis_context, "device_assignment",
+                    None)
+  return () if devices is None else tuple(devices)
+
+
+def _shared_here(ctx: mlir.LoweringRuleContext) -> bool:
+  """Whether the devices of this automatically partitioned program are all
+  this process's, as the runtime's shared calls need (their meetings are
+  in one process's memory)."""
+  devices = _device_assignment(ctx)
+  here = jax.process_index()
+  return bool(devices) and all(d.process_index == here for d in devices)
+
+
+def _no_host_callback() -> None:
+  """What the program registers with JAX as a host callback (see
+  :func:`_with_runtime_tokens`); never called."""
+  raise AssertionError("host_callback: this host callback is never called")
+
+
+def _with_runtime_tokens(module_context: Any) -> None:
+  """Makes JAX give each run of the program being lowered runtime tokens,
+  one per device, that tell when it has finished, as it does for programs
+  with its own callbacks, which it recognises by their host callbacks --
+  so the program gets one, never called.  The pacing of _pacing.py waits
+  on them: without them it has nothing to wait for."""
+  if not any(c is _no_host_callback
+             for c in _jax.host_callbacks(module_context)):
+    _jax.add_host_callback(module_context, _no_host_callback)
+
+
+def _replicated_in_region(aval: Any, ndevices: int) -> Any:
+  """Shardy's sharding of a whole value (or a token) in the region of
+  :func:`_lower_shared`: replicated over its one axis of every device."""
+  return _jax.SdyArray(
+      mesh_shape=((_REGION_AXIS, ndevices),), dim_shardings=tuple(
+          _jax.SdyDim(axes=(), is_open=False)
+          for _ in getattr(aval, "shape", ())))
+
+
+# The axis of the region of _lower_shared: every device of the program.
+_REGION_AXIS = "hcb_devices"
+
+
+def _lower_shared(ctx: mlir.LoweringRuleContext, target: str,
+                  args: Sequence[Any], *, what: str, has_side_effect: bool,
+                  device_index: int,
+                  operand_output_aliases: dict[int, int] | None,
+                  **attributes: Any) -> Sequence[Any]:
+  """The callback of an automatically partitioned program, on one device
+  (see the module's docstring): the custom call in a region where every
+  device computes on its own, on the whole operands, with the ``runner``
+  and ``participants`` that make it one call of the function shared by
+  every device.  Ordered ones take and return the order token through the
+  region (_order.py chains the region as one callback)."""
+  ndevices = _sharded_devices(ctx)
+  # Dispatched paced: XLA's CPU client gets stuck when more multi-device
+  # programs are dispatched without waiting than its threads run
+  # (_pacing.py; plain JAX programs with collectives too).
+  _pacing.mark(ctx.module_context)
+  _with_runtime_tokens(ctx.module_context)
+  devices = _device_assignment(ctx)
+  attributes = dict(
+      attributes,
+      runner=np.uint64(_devices.device_key(devices[device_index])),
+      participants=np.int64(ndevices))
+  ordered = has_side_effect
+  token = _jax.abstract_token
+  avals_in = (*ctx.avals_in, token) if ordered else tuple(ctx.avals_in)
+  avals_out = (*ctx.avals_out, token) if ordered else tuple(ctx.avals_out)
+  operands = (*args, hlo.create_token()) if ordered else tuple(args)
+  inner_ctx = ctx.replace(avals_in=avals_in, avals_out=avals_out)
+  build = jax.ffi.build_ffi_lowering_function(
+      target, has_side_effect=has_side_effect,
+      operand_output_aliases=operand_output_aliases)
+  if _jax.use_shardy_partitioner():
+    cache = ctx.module_context.sharding_attr_cache
+    region = sdy.ManualComputationOp(
+        [mlir.aval_to_ir_type(ctx.module_context, a) for a in avals_out],
+        list(operands),
+        _jax.SdyArrayList([_replicated_in_region(a, ndevices)
+                           for a in avals_in]).build(cache),
+        _jax.SdyArrayList([_replicated_in_region(a, ndevices)
+                           for a in avals_out]).build(cache),
+        sdy.ManualAxesAttr.get([ir.StringAttr.get(_REGION_AXIS)]))
+    block = ir.Block.create_at_start(
+        region.body,
+        [mlir.aval_to_ir_type(ctx.module_context, a) for a in avals_in])
+    with ir.InsertionPoint(block):
+      op = build(inner_ctx, *block.arguments, **attributes)
+      sdy.return_(list(op.results))
+    results = list(region.results)
+    if ordered:
+      _order.mark_region(region)
+  else:  # GSPMD: into MANUAL and back, as JAX's shard_map lowers for it
+    replicated, manual = _jax.OpSharding(), _jax.OpSharding()
+    replicated.type = _jax.OpSharding.Type.REPLICATED
+    manual.type = _jax.OpSharding.Type.MANUAL
+    inner = [_jax.wrap_with_full_to_shard_op(
+        ctx, _jax.wrap_with_sharding_op(ctx, x, aval, replicated), aval,
+        manual) for x, aval in zip(args, ctx.avals_in)]
+    op = build(inner_ctx, *inner, *operands[len(args):], **attributes)
+    _jax.set_sharding(ctx.module_context, op, manual)
+    results = [_jax.wrap_with_shard_to_full_op(
+        ctx, _jax.wrap_with_sharding_op(ctx, r, aval, manual), aval,
+        replicated) for r, aval in zip(op.results, ctx.avals_out)]
+    if ordered:
+      results.append(op.results[-1])
+  if not ordered:
+    return results
+  _order.note(ctx)
+  return results[:-1]
+
+
 def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
                           args: Sequence[Any], *, what: str,
                           has_side_effect: bool, device_index: int,
@@ -117,19 +249,6 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
                           partitioned: bool = False,
                           deliver: Any = 0) -> Sequence[Any]:
   ndevices = _sharded_devices(ctx)
-  if not 0 <= device_index < ndevices:
-    raise ValueError(
-        f"host_callback {what}: device_index={device_index} is out of range "
-        f"for a computation on {ndevices} devices")
-  if target == "hcb_buffer_call" and _platform(ctx) != "cpu":
-    # JAX's Python callback hands the function host copies, not the
-    # device's buffers that a buffer callback or a native call works on.
-    raise NotImplementedError(
-        f"host_callback {what}: a function that works in place on GPU "
-        f"buffers cannot run under jit over operands sharded across "
-        f"{ndevices} devices (JAX's callback would give it host copies); "
-        "call it inside jax.shard_map, where each device runs it on its "
-        "own buffers")
   _pacing.mark(ctx.module_context)  # dispatched paced (_pacing.py)
   i32 = ShapedArray((), np.int32)
   ordinal = jax.ffi.build_ffi_lowering_function("hcb_device_ordinal")(
@@ -237,10 +356,30 @@ def lower(ctx: mlir.LoweringRuleContext, target: str, args: Sequence[Any], *,
   A side-effecting callback also takes and returns a token, which
   _order.py chains through the program so that callbacks run in program
   order; here it takes a token of its own."""
-  if _sharded_devices(ctx) > 1:
-    return _lower_through_python(
+  ndevices = _sharded_devices(ctx)
+  if ndevices > 1:
+    if not 0 <= device_index < ndevices:
+      raise ValueError(
+          f"host_callback {what}: device_index={device_index} is out of "
+          f"range for a computation on {ndevices} devices")
+    if target == "hcb_buffer_call" and _platform(ctx) != "cpu":
+      # The devices share a callback's results through host memory
+      # (shared.c; JAX's Python callback too): a function that writes the
+      # runner's GPU buffers would leave the others' unset.
+      raise NotImplementedError(
+          f"host_callback {what}: a function that works in place on GPU "
+          f"buffers cannot run under jit over operands sharded across "
+          f"{ndevices} devices (it would write one device's buffers and "
+          "leave the others' results unset); call it inside jax.shard_map, "
+          "where each device runs it on its own buffers")
+    if partitioned or not _shared_here(ctx):
+      return _lower_through_python(
+          ctx, target, args, what=what, has_side_effect=has_side_effect,
+          device_index=device_index, partitioned=partitioned, **attributes)
+    return _lower_shared(
         ctx, target, args, what=what, has_side_effect=has_side_effect,
-        device_index=device_index, partitioned=partitioned, **attributes)
+        device_index=device_index,
+        operand_output_aliases=operand_output_aliases, **attributes)
   ordered = has_side_effect
   sharding = _op_sharding(ctx)
   if ordered:

@@ -138,19 +138,32 @@ def mark_python_callback(op: Any) -> None:
   _set_frontend_attribute(op, _MARK, "first")
 
 
+def mark_region(op: Any) -> None:
+  """Marks ``op``, a region that holds one ordered callback of ours
+  (_lowering._lower_shared: Shardy's manual computation), as that
+  callback: its token is its last operand and result, chained inside
+  already."""
+  _set_frontend_attribute(op, _MARK, "last")
+
+
 def _token_slots(op: Any) -> tuple[int, int] | None:
   """Where an ordered callback takes and returns its token: ``(operand
   index, result index)``, None for any other op.  Our custom calls have it
   last among their operands and last among their results (a call with no
   operand or no result besides has it first there: the indices differ);
-  JAX's Python callback has it first in both."""
-  if (op.name != "stablehlo.custom_call" or not len(op.operands) or
-      not len(op.results)):
+  JAX's Python callback has it first in both; a region of ours
+  (:func:`mark_region`) last in both."""
+  if not len(op.operands) or not len(op.results):
     return None
-  target = ir.StringAttr(op.attributes["call_target_name"]).value
-  if target in ORDERED_TARGETS:
+  mark = _frontend_attributes(op).get(_MARK)
+  if op.name != "stablehlo.custom_call":  # a region of _lowering
+    if mark is None or ir.StringAttr(mark).value != "last":
+      return None
     slots = (len(op.operands) - 1, len(op.results) - 1)
-  elif _MARK in _frontend_attributes(op):
+  elif ir.StringAttr(op.attributes["call_target_name"]).value in (
+      ORDERED_TARGETS):
+    slots = (len(op.operands) - 1, len(op.results) - 1)
+  elif mark is not None:
     slots = (0, 0)
   else:
     return None

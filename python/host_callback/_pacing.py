@@ -1,24 +1,31 @@
-"""Pacing of the programs whose callbacks go through JAX's Python callback.
+"""Pacing of the programs with callbacks under jit over sharded operands.
 
-Under ``jit`` over operands sharded across several devices a callback runs
-through JAX's Python callback (_lowering.py, ``_lower_through_python``).
-Such a program takes each device a little longer to run than JAX's C++
-fast path takes to dispatch it (the callback waits for the GIL; the
-operands and results cross devices in collectives).  A loop that
-dispatches it without waiting piles up computations, and XLA's CPU client
-lets at most 32 be in flight per device: the next dispatch then waits for
-room on one of the client's threads.  With more devices than cores that
-client has one thread per device, so the waiting thread is one that the
-running computation's collective needs: XLA's rendezvous finds 3 of 4
-devices and aborts the process (after 40 s).  Plain JAX programs with
-collectives meet the same limit later (their devices keep pace longer);
-JAX's own ``io_callback(ordered=True)`` never does, because its ordered
-token makes each dispatch wait for the previous computation.
+Under ``jit`` over operands sharded across several devices a callback is
+one call shared by every device (_lowering.py, ``_lower_shared``) or goes
+through JAX's Python callback (``_lower_through_python``).  Such a
+program takes each device a little longer to run than JAX's C++ fast path
+takes to dispatch it (the devices meet at the callback; the operands cross
+devices in collectives).  A loop that dispatches it without waiting piles
+up computations, and XLA's CPU client lets at most 32 be in flight per
+device: the next dispatch then waits for room on one of the client's
+threads.  With more devices than cores that client has one thread per
+device, so the waiting thread is one that the running computation's
+collective needs: XLA's rendezvous finds 3 of 4 devices and aborts the
+process (after 40 s).  Plain JAX programs with collectives meet the same
+limit (measured: bench section 11's unsynced loop); JAX's own
+``io_callback(ordered=True)`` never does, because its ordered token makes
+each dispatch wait for the previous computation.
 
 So these programs are paced: they are dispatched by JAX's Python path
 (the C++ fast path cannot wait), and a dispatch that finds
 :data:`MAX_IN_FLIGHT` of them still running waits for the oldest to finish
-first.  Every other program keeps JAX's C++ fast dispatch.
+first -- on the runtime tokens JAX gives programs with host callbacks
+(a shared call's program gets them from _lowering.py,
+``_with_runtime_tokens``: without them 4 of 8 trial loops of 3000
+unwaited calls got stuck; with them, none).  The C++ fast path, which
+cannot wait, is what the pacing costs: most of what such a callback adds
+to a call (bench section 11, per call).  Every other program keeps JAX's
+C++ fast dispatch.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ The module's public names are exactly ``jax.debug``'s (``_DebugModule``):
 JAX's own ``breakpoint``, sharding helpers and effects where ours would add
 nothing.
 
-Where JAX and host_callback differ (README.md):
+Where JAX and host_callback differ (docs/api.md):
 
 - traced, the function receives numpy arrays (JAX: ``jax.Array``s copied
   onto its CPU device); ``debug.print`` formats what JAX's does, character for
@@ -191,7 +191,8 @@ class _DebugTap:
   compiled tap."""
 
   __slots__ = ("func", "in_tree", "static", "with_device", "layout",
-               "partitioned", "key_impls", "as_jax", "_key", "__weakref__")
+               "partitioned", "key_impls", "as_jax", "_key", "_positional",
+               "__weakref__")
 
   # An exception in the function is logged as JAX logs its debug
   # callbacks', and fails the computation, as JAX's does.
@@ -216,6 +217,10 @@ class _DebugTap:
     # Bound eagerly (an eager vmap): the function gets jax.Arrays, typed
     # keys as keys, as JAX's eager debug callbacks do (eager_variant).
     self.as_jax = as_jax
+    # The arguments are the leaves themselves, in order (func(x, y), the
+    # usual call): no tree to rebuild for each call.
+    self._positional = not static and in_tree == jax.tree_util.tree_structure(
+        (tuple(range(in_tree.num_leaves)), {}))
     self._key = (_sites.hash_key(func), in_tree,
                  tuple((i, _sites.hash_key(v)) for i, v in static),
                  with_device, layout, partitioned, key_impls, as_jax)
@@ -231,6 +236,9 @@ class _DebugTap:
                device: Any = None) -> None:
     if self.layout is not None:  # back from field order to argument order
       flat = [flat[k] for k in self.layout.first]
+    if not transforms:  # the usual call: once, on the leaves
+      self.call(flat, device)
+      return
     batch_dims = []
     for name, params in transforms:
       if name == "transpose":  # a tap on cotangents: JAX calls nothing
@@ -247,6 +255,9 @@ class _DebugTap:
     """Calls the function once, on unbatched leaves."""
     if self.as_jax:
       leaves = _as_jax_arrays(leaves, self.key_impls)
+    if self._positional and not isinstance(self.func, _Print):
+      self.func(*leaves)
+      return
     args, kwargs = _merge(self.in_tree, leaves, self.static)
     if isinstance(self.func, _Print):
       self.func.emit(args, kwargs, device)

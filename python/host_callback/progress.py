@@ -40,7 +40,8 @@ a bar whose tap raises fails the loop's computation, as jax-tqdm's.  :func:`host
 ``jax.effects_barrier()`` also close the bars of loops that ended before
 their last index (a scan shorter than its bar).
 
-tqdm is an optional dependency (``pip install 'host_callback[progress]'``);
+tqdm is an optional dependency (``pip install tqdm``, or ``pip install
+'.[progress]'`` in host_callback's checkout);
 importing this module without it raises an ImportError that says so.
 """
 
@@ -49,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import sys
 import threading
 from typing import Any, Callable, Generic, TypeVar
 
@@ -57,8 +59,8 @@ try:
 except ImportError as e:
   raise ImportError(
       "host_callback.progress needs tqdm, an optional dependency of "
-      "host_callback: install it with pip install 'host_callback[progress]' "
-      "(or pip install tqdm)") from e
+      "host_callback: install it with pip install tqdm (or, in "
+      "host_callback's checkout, pip install '.[progress]')") from e
 
 import jax
 import jax.numpy as jnp
@@ -115,6 +117,52 @@ def _tqdm_class(tqdm_type: str) -> Any:
   return importlib.import_module(f"tqdm.{tqdm_type}").tqdm
 
 
+class _GuardedFile:
+  """The stream a bar draws on, as tqdm sees it: a write or flush that
+  raises (a closed terminal, a broken pipe) is kept, not raised inside
+  tqdm, which holds its global lock while it draws and, on an exception,
+  never releases it (every later bar of the process would then wait for
+  it forever); the bar's tap raises it once tqdm has returned
+  (:meth:`raise_failure`).  Anything else is the stream's."""
+
+  def __init__(self, stream: Any):
+    self._stream = stream
+    self._failure: BaseException | None = None
+
+  def write(self, text: str) -> int:
+    try:
+      written: int = self._stream.write(text)
+      return written
+    except Exception as exc:  # pylint: disable=broad-except
+      if self._failure is None:
+        self._failure = exc
+      return len(text)
+
+  def flush(self) -> None:
+    try:
+      self._stream.flush()
+    except Exception as exc:  # pylint: disable=broad-except
+      if self._failure is None:
+        self._failure = exc
+
+  def __getattr__(self, name: str) -> Any:
+    return getattr(self._stream, name)
+
+  def raise_failure(self) -> None:
+    """Raises what the stream raised since the last call, if anything."""
+    failure, self._failure = self._failure, None
+    if failure is not None:
+      raise failure
+
+
+def _checked(bar: Any) -> Any:
+  """``bar``, after raising what its stream raised meanwhile."""
+  guard = getattr(bar, "_hcb_file", None)
+  if guard is not None:
+    guard.raise_failure()
+  return bar
+
+
 class _Registry:
   """The open bars of every loop, keyed by (loop, bar id, device id), and
   the positions they are drawn at.
@@ -143,24 +191,34 @@ class _Registry:
       while position in self.positions:
         position += 1
       desc = spec.desc + f" ({device})" if named else spec.desc
+      kwargs = spec.kwargs
+      guard = None
+      if not spec.tqdm.__module__.startswith("tqdm.notebook"):
+        # A notebook's bar is a widget: no stream to guard.
+        guard = _GuardedFile(kwargs.get("file") or sys.stderr)
+        kwargs = {**kwargs, "file": guard}
       bar = spec.tqdm(total=spec.total, position=position, desc=desc,
-                      **spec.kwargs)
+                      **kwargs)
+      bar._hcb_file = guard
       bar._hcb_position = position
       self.positions.add(position)
       self.bars[key] = bar
-    return bar
+    return _checked(bar)
 
   def close(self, spec: _Spec, bar_id: int, device: Any) -> None:
     self._close((spec, bar_id, device.id))
 
-  def _close(self, key: tuple[_Spec, int, int]) -> None:
-    """Closes the bar of ``key``, if it is open."""
+  def _close(self, key: tuple[_Spec, int, int], check: bool = True) -> None:
+    """Closes the bar of ``key``, if it is open; raises what its stream
+    raised, with ``check``."""
     with self.lock:
       bar = self.bars.pop(key, None)
       if bar is None:
         return
       self.positions.discard(bar._hcb_position)
     bar.close()
+    if check:
+      _checked(bar)
 
   def close_all(self) -> None:
     """Closes every open bar, showing the steps it counted.  A barrier
@@ -171,8 +229,8 @@ class _Registry:
     running: its bar is then drawn anew by its next update.)"""
     with self.lock:
       keys = list(self.bars)
-    for key in keys:
-      self._close(key)
+    for key in keys:  # a stream that fails now fails no loop: left alone
+      self._close(key, check=False)
 
 
 _registry = _Registry()
@@ -285,6 +343,7 @@ class _Spec:
       _registry.close(self, bar_id, device)
     elif steps > bar.n:
       bar.update(steps - bar.n)
+      _checked(bar)
 
   def close(self, arg: tuple[np.ndarray, np.ndarray], transforms: Any, *,
             device: Any) -> None:

@@ -154,6 +154,40 @@ tap_deliver_mode(const XLA_FFI_CallFrame *frame, int *mode, hcb_error *err)
     return HCB_OK;
 }
 
+/* The optional attributes of a call or tap that the devices of a
+ * computation share (jit over sharded operands: every device runs it, one
+ * runs the function; shared.c): runner (u64, the device key of that one)
+ * and participants (s64, the devices of this process that make it).
+ * `*shared` false when there are none. */
+static inline int
+share_of(const XLA_FFI_CallFrame *frame, hcb_share *share, bool *shared,
+         hcb_error *err)
+{
+    uint64_t runner = 0;
+    int64_t participants = 0, launch = 0;
+    hcb_error ignored;
+    int rc;
+
+    *shared = false;
+    if (hcb_ffi_attr_find(&frame->attrs, "runner", NULL) == NULL)
+        return HCB_OK;
+    if ((rc = hcb_ffi_attr_u64(&frame->attrs, "runner", &runner, err)) !=
+            HCB_OK ||
+        (rc = hcb_ffi_attr_i64(&frame->attrs, "participants", &participants,
+                               err)) != HCB_OK)
+        return rc;
+    /* without run ids (older XLA) every launch is one: the devices still
+     * meet call by call */
+    if (hcb_ffi_run_id(frame, &launch, &ignored) != HCB_OK)
+        launch = 0;
+    share->struct_size = sizeof *share;
+    share->runner = (hcb_device)runner;
+    share->participants = participants;
+    share->launch = launch;
+    *shared = true;
+    return HCB_OK;
+}
+
 /* The work of a tap; its errors are its own, but with `*delivered` set
  * those of a tap function delivered now. */
 static inline int
@@ -164,9 +198,11 @@ tap_work(XLA_FFI_CallFrame *frame, const hcb__handler *h, hcb_error *err,
     hcb_record *rec = NULL;
     hcb_runtime *rt;
     hcb_device device;
+    hcb_share share;
     uint64_t id = 0;
     int64_t ntapped = 0, i;
     int rc, mode = TAP_QUEUED;
+    bool shared;
 
     if ((rt = handler_runtime(h, err)) == NULL)
         return err->code;
@@ -175,10 +211,21 @@ tap_work(XLA_FFI_CallFrame *frame, const hcb__handler *h, hcb_error *err,
         (rc = hcb_ffi_attr_i64(&frame->attrs, "ntapped", &ntapped, err)) !=
             HCB_OK ||
         (rc = tap_deliver_mode(frame, &mode, err)) != HCB_OK ||
+        (rc = share_of(frame, &share, &shared, err)) != HCB_OK ||
         (rc = h->platform->device(rt, frame, &device, err)) != HCB_OK ||
         (rc = check_tap_frame(frame, ntapped, err)) != HCB_OK ||
         (rc = forward_operands(h->platform, frame, err)) != HCB_OK)
         return rc;
+    if (shared && device != share.runner) {
+        /* another device taps: a queued tap is its alone; a tap delivered
+         * now, the others wait for, to fail with it */
+        if (mode == TAP_QUEUED)
+            return HCB_OK;
+        *delivered = true;
+        return hcb_runtime_deliver_shared(
+            rt, &share, id, device, NULL,
+            mode == TAP_NOW ? HCB_DELIVER_FAIL : HCB_DELIVER_KEEP_ERROR, err);
+    }
 
     if (ntapped > STACK_ARRAYS &&
         (views = hcb__calloc((size_t)ntapped, sizeof *views)) == NULL)
@@ -199,13 +246,28 @@ tap_work(XLA_FFI_CallFrame *frame, const hcb__handler *h, hcb_error *err,
     if (mode == TAP_QUEUED) {
         rc = h->platform->send(rt, frame, id, device, views, (size_t)ntapped,
                                err);
+        if (rc != HCB_OK && shared) {
+            /* the other devices went on: failing this one alone would
+             * leave them waiting in the computation's next collective, so
+             * the failure waits for barrier_wait */
+            hcb_error kept;
+
+            hcb_error_set(&kept, rc,
+                          "a tap shared by %lld devices was not "
+                          "queued: %s",
+                          (long long)share.participants, err->message);
+            hcb_runtime_record_error(rt, device, &kept);
+            rc = HCB_OK;
+        }
     } else if ((rc = h->platform->fetch(rt, frame, id, device, views,
                                         (size_t)ntapped, &rec, err)) ==
                HCB_OK) {
+        int flags = mode == TAP_NOW ? HCB_DELIVER_FAIL : HCB_DELIVER_KEEP_ERROR;
+
         *delivered = true;
-        rc = hcb_runtime_deliver(
-            rt, rec,
-            mode == TAP_NOW ? HCB_DELIVER_FAIL : HCB_DELIVER_KEEP_ERROR, err);
+        rc = shared ? hcb_runtime_deliver_shared(rt, &share, id, device, rec,
+                                                 flags, err)
+                    : hcb_runtime_deliver(rt, rec, flags, err);
     }
 out:
     if (views != stack_views)
@@ -215,9 +277,10 @@ out:
 
 /* Operands: the tapped arrays, pass-through arrays, [order token]; results:
  * the operands, aliased, or the order token alone.  Attributes:
- * callback_id, ntapped, [deliver].  Run it as it is (hcb__run_as_is): its
- * own errors say "hcb_tap: ...", and the failure of a tap function it
- * delivered reaches the user as the target wrote it, as a call's. */
+ * callback_id, ntapped, [deliver], [runner, participants].  Run it as it
+ * is (hcb__run_as_is): its own errors say "hcb_tap: ...", and the failure
+ * of a tap function it delivered reaches the user as the target wrote it,
+ * as a call's. */
 HCB__BODY int
 hcb__tap_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
 {
@@ -259,7 +322,7 @@ hcb__run_as_is(XLA_FFI_CallFrame *frame, const char *name,
 }
 
 /* Operands: the arguments, [order token]; results: the declared outputs,
- * [order token].  Attribute: callback_id. */
+ * [order token].  Attributes: callback_id, [runner, participants]. */
 HCB__BODY int
 hcb__call_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
 {
@@ -270,13 +333,16 @@ hcb__call_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
     int64_t nrets = frame->rets.size - tokens;
     hcb_runtime *rt;
     hcb_device device;
+    hcb_share share;
     hcb_error inner;
     uint64_t id = 0;
+    bool shared;
     int rc;
 
     if ((rt = handler_runtime(h, &inner)) == NULL ||
         (rc = hcb_ffi_attr_u64(&frame->attrs, "callback_id", &id, &inner)) !=
             HCB_OK ||
+        (rc = share_of(frame, &share, &shared, &inner)) != HCB_OK ||
         (rc = h->platform->device(rt, frame, &device, &inner)) != HCB_OK)
         return hcb_error_set(err, inner.code, "hcb_call: %s", inner.message);
     if (nargs + nrets > STACK_ARRAYS &&
@@ -292,8 +358,9 @@ hcb__call_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
     if (rc != HCB_OK)
         hcb_error_set(err, rc, "hcb_call: %s", inner.message);
     else
-        rc = h->platform->call(rt, frame, id, device, views, (size_t)nargs,
-                               views + nargs, (size_t)nrets, err);
+        rc = h->platform->call(rt, frame, id, device, shared ? &share : NULL,
+                               views, (size_t)nargs, views + nargs,
+                               (size_t)nrets, err);
     if (views != stack_views)
         hcb__free(views);
     return rc;

@@ -32,10 +32,14 @@ typedef struct hcb__platform {
                 hcb_error *err);
     /* Runs the call target `id` (hcb_runtime_call) over the device arrays
      * `args` and `results`: the target reads and writes host memory, so a
-     * platform with device memory stages them, in order on its stream. */
+     * platform with device memory stages them, in order on its stream.
+     * With `share` (jit over sharded operands) the call is made by every
+     * device of the computation and run by one (hcb_runtime_call_shared):
+     * the others need no operands, only the results. */
     int (*call)(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
-                hcb_device device, const hcb_array *args, size_t nargs,
-                const hcb_array *results, size_t nresults, hcb_error *err);
+                hcb_device device, const hcb_share *share,
+                const hcb_array *args, size_t nargs, const hcb_array *results,
+                size_t nresults, hcb_error *err);
     /* Makes a record of the device arrays `src` for tap `id` in host
      * memory, whole when it returns (*out: owned by the caller), for a tap
      * delivered now (hcb_runtime_deliver): the CPU copies; CUDA copies on

@@ -72,10 +72,14 @@ cpu_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
 
 static inline int
 cpu_call(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
-         hcb_device device, const hcb_array *args, size_t nargs,
-         const hcb_array *results, size_t nresults, hcb_error *err)
+         hcb_device device, const hcb_share *share, const hcb_array *args,
+         size_t nargs, const hcb_array *results, size_t nresults,
+         hcb_error *err)
 {
     (void)frame;
+    if (share != NULL)
+        return hcb_runtime_call_shared(rt, share, id, device, args, nargs,
+                                       results, nresults, err);
     return hcb_runtime_call(rt, id, device, args, nargs, results, nresults,
                             err);
 }

@@ -407,8 +407,9 @@ give_back(void *p)
 
 static int
 cuda_call(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
-          hcb_device device, const hcb_array *args, size_t nargs,
-          const hcb_array *results, size_t nresults, hcb_error *err)
+          hcb_device device, const hcb_share *share, const hcb_array *args,
+          size_t nargs, const hcb_array *results, size_t nresults,
+          hcb_error *err)
 {
     hcb_array stack[STACK_ARRAYS], *host = stack;
     size_t in = staging_bytes(args, nargs);
@@ -441,12 +442,18 @@ cuda_call(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
     }
     stage(mem, args, host, nargs);
     stage((char *)mem + in, results, host + nargs, nresults);
-    if ((rc = copy_arrays(api, stream, host, args, nargs, HCB__CUDA_D2H,
+    /* a device that shares the call but does not run it needs no operands:
+     * it takes the runner's results (shared.c) */
+    if ((share == NULL || device == share->runner) &&
+        (rc = copy_arrays(api, stream, host, args, nargs, HCB__CUDA_D2H,
                           err)) == HCB_OK &&
         (status = api->stream_synchronize(stream)) != 0)
         rc = hcb__cuda_fail(api, status, "hcb_call: waiting for the operands",
                             err);
-    if (rc == HCB_OK)
+    if (rc == HCB_OK && share != NULL)
+        rc = hcb_runtime_call_shared(rt, share, id, device, host, nargs,
+                                     host + nargs, nresults, err);
+    else if (rc == HCB_OK)
         rc = hcb_runtime_call(rt, id, device, host, nargs, host + nargs,
                               nresults, err);
     if (rc == HCB_OK)
@@ -477,12 +484,18 @@ out:
 /* A buffer call: the target works on the device buffers, on the stream. */
 static int
 cuda_call_in_place(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
-                   hcb_device device, const hcb_array *args, size_t nargs,
+                   hcb_device device, const hcb_share *share,
+                   const hcb_array *args, size_t nargs,
                    const hcb_array *results, size_t nresults, hcb_error *err)
 {
     void *stream = NULL, *outer = call_stream;
     int rc;
 
+    if (share != NULL) /* results in device memory: no host copy to share */
+        return hcb_error_set(err, HCB_EUNIMPL,
+                             "hcb_buffer_call: a call in place on GPU "
+                             "buffers cannot be shared by the devices of a "
+                             "computation");
     if ((rc = hcb_ffi_stream(frame, &stream, err)) != HCB_OK)
         return rc;
     call_stream = stream;

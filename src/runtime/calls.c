@@ -224,7 +224,7 @@ hcb_runtime_deliver(hcb_runtime *rt, hcb_record *rec, int flags, hcb_error *err)
 }
 
 int
-hcb_runtime_call_shared(hcb_runtime *rt, uint64_t id, hcb_device device,
+hcb_runtime_call_parked(hcb_runtime *rt, uint64_t id, hcb_device device,
                         const hcb_array *args, size_t nargs,
                         const hcb_array *results, size_t nresults,
                         int64_t ndevices, int *parked, hcb_error *err)

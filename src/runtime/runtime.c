@@ -225,6 +225,7 @@ reset_after_fork(hcb_runtime *rt)
     rt->warn_dropped = 0;
     rt->pending_errors = 0;
     memset(rt->sharded, 0, sizeof rt->sharded);
+    hcb__meetings_reset_after_fork(rt);
     for (i = 0; i < CHANNEL_SLOTS; i++) {
         channel *ch = atomic_load_explicit(&rt->slots[i], memory_order_relaxed);
 
@@ -340,6 +341,14 @@ hcb_runtime_create(const hcb_runtime_options *options, hcb_runtime **out,
         hcb__free(rt);
         return hcb_error_set(err, HCB_ESYSTEM, "cannot create a mutex");
     }
+    if (hcb__meetings_init(rt) != HCB_OK) {
+        hcb__cond_destroy(&rt->warn_cv);
+        hcb__mutex_destroy(&rt->warn_mu);
+        hcb__mutex_destroy(&rt->err_mu);
+        hcb__mutex_destroy(&rt->mu);
+        hcb__free(rt);
+        return hcb_error_set(err, HCB_ESYSTEM, "cannot create a mutex");
+    }
     runtimes_add(rt);
     *out = rt;
     return HCB_OK;
@@ -362,6 +371,7 @@ hcb_runtime_destroy(hcb_runtime *rt)
     }
     for (i = 0; i < TARGET_CHUNKS; i++)
         hcb__free(atomic_load_explicit(&rt->chunks[i], memory_order_relaxed));
+    hcb__meetings_destroy(rt);
     hcb__cond_destroy(&rt->warn_cv);
     hcb__mutex_destroy(&rt->warn_mu);
     hcb__mutex_destroy(&rt->err_mu);

@@ -4,8 +4,9 @@
  *
  * A runtime (struct hcb_runtime) holds all of its state: one channel per
  * device (channels.c: a bounded queue, queue.c, and a consumer thread), the
- * registry of tap and call targets (registry.c), the recorded errors and
- * the failures parked for sharded calls (runtime.c, calls.c).  XLA calls
+ * registry of tap and call targets (registry.c), the recorded errors, the
+ * meetings of shared calls (shared.c) and the failures parked for calls
+ * shared through JAX's callback (runtime.c, calls.c).  XLA calls
  * the handlers with no context of ours, so they use the default runtime
  * (hcb_runtime_default); tests make their own.
  *
@@ -30,6 +31,8 @@
  *   8. pool->mu            (src/ffi/pinned.c) a device's pinned pool, and
  *                          pools.mu, the table of pools (leaves: taken by
  *                          the CUDA platform with none of the above held)
+ *   9. rt->meet_mu         the meetings of shared calls (shared.c; a leaf,
+ *                          taken with none of the above held)
  * The extension's own (python/_hcb) are listed in hcbpy.h; none is held
  * while it calls into libhcb.
  * Lookups of channels and targets take no lock: both tables are append-only
@@ -129,6 +132,10 @@
  * collective, by the "hcb_sharded_check" handler (handlers.c). */
 #define HCB__SHARDED_SLOTS 32
 
+/* Shared calls under way at once (shared.c): one per call site and
+ * launch, kept until the slot is needed again. */
+#define MEETING_SLOTS 64
+
 #define CHANNEL_SLOTS 4096 /* power of two; XLA allows 2048 CPU devices */
 #define TARGET_CHUNK  256
 #define TARGET_CHUNKS 4096
@@ -175,6 +182,37 @@ typedef struct channel {
     _Atomic uint64_t now_bytes;
 } channel;
 
+/* A device's place in a meeting: the next meeting it goes to. */
+typedef struct meeting_seat {
+    hcb_device device;
+    uint64_t next;
+} meeting_seat;
+
+/* One call site's shared calls in one launch (shared.c): the runner
+ * publishes the outcome of its meetings one after the other, the other
+ * participants take each, the last of them closes it.  The key and the
+ * seats are under rt->meet_mu; the counters are atomics (shared.c,
+ * "Meetings"); the outcome is written by the runner before it publishes and
+ * read by the others after. */
+typedef struct meeting {
+    uint64_t id; /* the call's target; 0: a free slot */
+    int64_t launch;
+    hcb_device runner;
+    int64_t participants;
+    uint64_t used;       /* rt->meet_clock at its last call: oldest goes */
+    meeting_seat *seats; /* one per participant, as each first comes */
+    int64_t nseats;
+    _Atomic int64_t inside;     /* calls in it now: not to be reused */
+    _Atomic uint64_t published; /* meetings whose outcome is there */
+    _Atomic uint64_t closed;    /* meetings all participants took */
+    _Atomic int64_t taken;      /* of the others, those that took the last */
+    _Atomic int64_t sleepers;   /* threads asleep on rt->meet_cv for it */
+    int rc;                     /* the runner's outcome */
+    hcb_error err;
+    unsigned char *bytes; /* the runner's results, `nbytes` of `cap` */
+    size_t nbytes, cap;
+} meeting;
+
 struct hcb_runtime {
     hcb_runtime *next_runtime; /* the list of runtimes, under runtimes_mu */
     hcb__mutex mu;
@@ -214,6 +252,12 @@ struct hcb_runtime {
         int64_t remaining; /* devices that have not raised it yet */
         hcb_error error;
     } sharded[HCB__SHARDED_SLOTS]; /* under err_mu */
+
+    /* Shared calls (shared.c). */
+    hcb__mutex meet_mu;
+    hcb__cond meet_cv; /* an outcome published, or a meeting closed */
+    uint64_t meet_clock;
+    meeting meetings[MEETING_SLOTS];
 };
 
 /* The channel whose consumer this thread is, or NULL (channels.c). */
@@ -315,6 +359,14 @@ void hcb__runtime_warn_stop(hcb_runtime *rt);
 /* Begins a wait of `device` with the runtime's interrupt check as it is
  * now ("Interrupts" above).  Takes rt->mu: call it with no lock held. */
 void hcb__runtime_wait_begin(hcb_runtime *rt, hcb_device device, hcb__wait *w);
+
+/* shared.c */
+/* Sets up and tears down the meetings of a new runtime (HCB_ESYSTEM). */
+int hcb__meetings_init(hcb_runtime *rt);
+void hcb__meetings_destroy(hcb_runtime *rt);
+/* In the child of a fork: no meeting under way, the lock and condition
+ * new. */
+void hcb__meetings_reset_after_fork(hcb_runtime *rt);
 
 /* calls.c */
 /* Parks `error` for call `id` until `ndevices` devices have taken it;

@@ -1,12 +1,15 @@
 /* frame.c - see frame.h. */
 #include "frame.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 int32_t test_device_ordinal = 0;
 _Thread_local int32_t test_thread_ordinal = -1;
 _Thread_local void *test_thread_stream = NULL;
+int64_t test_run_id = 0;
+_Thread_local int64_t test_thread_run_id = -1;
 
 static XLA_FFI_Error *
 fake_error_create(XLA_FFI_Error_Create_Args *args)
@@ -29,6 +32,13 @@ fake_device_ordinal(XLA_FFI_DeviceOrdinal_Get_Args *args)
 {
     args->device_ordinal =
         test_thread_ordinal >= 0 ? test_thread_ordinal : test_device_ordinal;
+    return NULL;
+}
+
+static XLA_FFI_Error *
+fake_run_id(XLA_FFI_RunId_Get_Args *args)
+{
+    args->run_id = test_thread_run_id >= 0 ? test_thread_run_id : test_run_id;
     return NULL;
 }
 
@@ -70,17 +80,26 @@ fake_stream_get(XLA_FFI_Stream_Get_Args *args)
 }
 
 static XLA_FFI_Api fake_api;
+static pthread_once_t fake_api_once = PTHREAD_ONCE_INIT;
 
-void
-tf_init(test_frame *tf)
+static void
+fake_api_init(void)
 {
-    memset(tf, 0, sizeof *tf);
     fake_api.struct_size = sizeof fake_api;
     fake_api.XLA_FFI_Error_Create = fake_error_create;
     fake_api.XLA_FFI_Error_Destroy = fake_error_destroy;
     fake_api.XLA_FFI_DeviceOrdinal_Get = fake_device_ordinal;
+    fake_api.XLA_FFI_RunId_Get = fake_run_id;
     fake_api.HCB_FFI_API_ERROR_MESSAGE = fake_error_get_message;
     fake_api.XLA_FFI_Stream_Get = fake_stream_get;
+}
+
+/* Frames are made by the threads that play devices too: the API once. */
+void
+tf_init(test_frame *tf)
+{
+    memset(tf, 0, sizeof *tf);
+    pthread_once(&fake_api_once, fake_api_init);
     tf->frame.struct_size = sizeof tf->frame;
     tf->frame.api = &fake_api;
     tf->frame.stage = XLA_FFI_ExecutionStage_EXECUTE;

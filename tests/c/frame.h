@@ -36,6 +36,10 @@ extern void *test_stream; /* what Stream_Get reports; NULL: it fails */
  * device), in place of the two above: -1 and NULL leave them. */
 extern _Thread_local int32_t test_thread_ordinal;
 extern _Thread_local void *test_thread_stream;
+/* What RunId_Get reports (the launch), and the same for the calling
+ * thread alone (-1 leaves it). */
+extern int64_t test_run_id;
+extern _Thread_local int64_t test_thread_run_id;
 
 void tf_init(test_frame *tf);
 /* Adds an operand/result pair; the result aliases the operand unless

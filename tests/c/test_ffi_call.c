@@ -36,15 +36,6 @@ double_fn(void *user, hcb_device device, const hcb_array *args, size_t nargs,
     return HCB_OK;
 }
 
-static int
-fail_fn(void *user, hcb_device device, const hcb_array *args, size_t nargs,
-        const hcb_array *results, size_t nresults, hcb_error *err)
-{
-    (void)user, (void)device, (void)args, (void)nargs, (void)results;
-    (void)nresults;
-    return hcb_error_set(err, HCB_ECALLBACK, "fail_fn said no");
-}
-
 /* Counts its operands into results[0] (s64) and notes how many taps the
  * sink had delivered when it ran. */
 static int
@@ -85,7 +76,7 @@ setup(void **state)
     t.user = sink;
     assert_int_equal(hcb_runtime_register_tap(rt, &t, &tap_id, NULL), HCB_OK);
     double_id = add_call(double_fn, "double_fn");
-    fail_id = add_call(fail_fn, "fail_fn");
+    fail_id = add_call(tu_fail_fn, "fail_fn");
     count_id = add_call(count_fn, "count_fn");
     return 0;
 }
@@ -339,9 +330,9 @@ test_device_ordinal_handler(void **state)
         XLA_FFI_Error_Code_INVALID_ARGUMENT);
 }
 
-/* A shared call's failure is parked and raised once by each device. */
+/* A parked call's failure is raised once by each device. */
 static void
-test_shared_call_failure_is_raised_by_every_device(void **state)
+test_parked_call_failure_is_raised_by_every_device(void **state)
 {
     hcb_runtime *def = hcb_runtime_default();
     hcb_call_target t = HCB_CALL_TARGET_INIT;
@@ -354,11 +345,11 @@ test_shared_call_failure_is_raised_by_every_device(void **state)
     test_frame tf;
 
     (void)state;
-    t.fn = fail_fn;
+    t.fn = tu_fail_fn;
     t.name = "fail_fn";
     t.name_len = 7;
     assert_int_equal(hcb_runtime_register_call(def, &t, &id, NULL), HCB_OK);
-    assert_int_equal(hcb_runtime_call_shared(def, id, HCB_DEVICE(0, 1), NULL, 0,
+    assert_int_equal(hcb_runtime_call_parked(def, id, HCB_DEVICE(0, 1), NULL, 0,
                                              NULL, 0, 3, &parked, &err),
                      HCB_ECALLBACK);
     assert_int_equal(parked, 1);
@@ -381,6 +372,58 @@ test_shared_call_failure_is_raised_by_every_device(void **state)
     hcb_runtime_take_error(def, NULL);
 }
 
+/* Attributes runner and participants (jit over sharded operands): each
+ * device's handler makes the call, the runner runs it on its operands, and
+ * the other devices' results are a copy of the runner's. */
+typedef struct sharing_device {
+    int32_t ordinal;
+    float x[2], y[2];
+    int32_t n;
+    int rc;
+} sharing_device;
+
+static void *
+share_call(void *p)
+{
+    sharing_device *d = p;
+    int64_t dx[1] = {2};
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    test_frame tf;
+
+    test_thread_ordinal = d->ordinal;
+    test_thread_run_id = 9;
+    tf_init(&tf);
+    tf_add_arg(&tf, XLA_FFI_DataType_F32, d->x, 1, dx);
+    tf_add_ret(&tf, XLA_FFI_DataType_F32, d->y, 1, dx);
+    tf_add_ret(&tf, XLA_FFI_DataType_S32, &d->n, 0, NULL);
+    tf_add_u64(&tf, "callback_id", double_id);
+    tf_add_i64(&tf, "participants", 2);
+    tf_add_u64(&tf, "runner", HCB_DEVICE(HCB_PLATFORM_CPU, 1));
+    d->rc = run(&tf, msg);
+    return NULL;
+}
+
+static void
+test_a_call_with_a_runner_is_shared_by_its_devices(void **state)
+{
+    sharing_device d[2] = {{0, {5, 5}, {0, 0}, 0, -1},
+                           {1, {1.5f, -2}, {0, 0}, 0, -1}};
+    pthread_t threads[2];
+    int i;
+
+    (void)state;
+    for (i = 0; i < 2; i++)
+        pthread_create(&threads[i], NULL, share_call, &d[i]);
+    for (i = 0; i < 2; i++)
+        pthread_join(threads[i], NULL);
+    for (i = 0; i < 2; i++) {
+        assert_int_equal(d[i].rc, 0);
+        assert_true(d[i].y[0] == 3.0f && d[i].y[1] == -4.0f);
+        assert_int_equal(d[i].n, 2);
+    }
+    assert_int_equal(seen_device, HCB_DEVICE(HCB_PLATFORM_CPU, 1));
+}
+
 int
 main(void)
 {
@@ -394,7 +437,8 @@ main(void)
         cmocka_unit_test(test_many_operands_use_the_heap_and_survive_oom),
         cmocka_unit_test(test_call_waits_for_the_devices_earlier_taps),
         cmocka_unit_test(test_device_ordinal_handler),
-        cmocka_unit_test(test_shared_call_failure_is_raised_by_every_device),
+        cmocka_unit_test(test_parked_call_failure_is_raised_by_every_device),
+        cmocka_unit_test(test_a_call_with_a_runner_is_shared_by_its_devices),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -85,15 +85,6 @@ double_fn(void *user, hcb_device device, const hcb_array *args, size_t nargs,
 }
 
 static int
-fail_fn(void *user, hcb_device device, const hcb_array *args, size_t nargs,
-        const hcb_array *results, size_t nresults, hcb_error *err)
-{
-    (void)user, (void)device, (void)args, (void)nargs, (void)results;
-    (void)nresults;
-    return hcb_error_set(err, HCB_ECALLBACK, "fail_fn said no");
-}
-
-static int
 setup(void **state)
 {
     hcb_tap_target t = HCB_TAP_TARGET_INIT;
@@ -120,7 +111,7 @@ setup(void **state)
     assert_int_equal(hcb_runtime_register_call(rt, &c, &double_id, NULL),
                      HCB_OK);
     in_place_id = double_id;
-    c.fn = fail_fn;
+    c.fn = tu_fail_fn;
     assert_int_equal(hcb_runtime_register_call(rt, &c, &fail_id, NULL), HCB_OK);
     stream = fake_stream_new_on(3);
     test_stream = stream;
@@ -823,22 +814,6 @@ test_stop_delivers_the_taps_on_their_way(void **state)
 static int call(uint64_t id, float *in, float *out, int64_t n,
                 const hcb__platform *platform, const char *name, char *msg);
 
-/* What the runtime's log sink saw: how many warnings, and the first. */
-typedef struct warned {
-    atomic_int count;
-    char message[HCB_ERROR_MESSAGE_SIZE];
-} warned;
-
-static void
-note_warning(void *user, const char *message)
-{
-    warned *w = user;
-
-    if (atomic_load(&w->count) == 0)
-        snprintf(w->message, sizeof w->message, "%s", message);
-    atomic_fetch_add(&w->count, 1);
-}
-
 /* A stream that never runs what a tap enqueued (the host functions of a
  * broken CUDA context never run) does not make the stop hang: it gives up
  * after its bound and says what it left.  The records, if they land after
@@ -848,10 +823,10 @@ test_stop_gives_up_on_taps_whose_stream_never_runs(void **state)
 {
     int32_t x[2] = {11, 12};
     char msg[HCB_ERROR_MESSAGE_SIZE];
-    warned w = {0};
+    tu_warned w = {0};
 
     (void)state;
-    hcb_runtime_set_log(rt, note_warning, &w);
+    hcb_runtime_set_log(rt, tu_note_warning, &w);
     fake_stream_hold(stream, true);
     assert_int_equal(tap(&x[0], 1, sink_id, msg), 0);
     assert_int_equal(tap(&x[1], 1, sink_id, msg), 0);
@@ -881,13 +856,13 @@ test_a_long_wait_for_the_pool_is_warned_naming_what_holds_it(void **state)
 {
     static int32_t big[32768]; /* 128 KiB: 7 fit in the 1 MiB pool */
     tapper t = {big, 32768, 20, 0, 0, 0, NULL};
-    warned w = {0};
+    tu_warned w = {0};
     bool waiting;
     pthread_t th;
     int i, warnings;
 
     (void)state;
-    hcb_runtime_set_log(rt, note_warning, &w);
+    hcb_runtime_set_log(rt, tu_note_warning, &w);
     t.id = gate_id;
     atomic_store(&gate_open, false);
     pthread_create(&th, NULL, tapper_main, &t);
@@ -923,11 +898,11 @@ test_memory_that_cannot_be_pinned_falls_back_to_synchronised_copies(
     char msg[HCB_ERROR_MESSAGE_SIZE];
     hcb_cuda_pool_stats cs = HCB_CUDA_POOL_STATS_INIT;
     hcb_error err;
-    warned w = {0};
+    tu_warned w = {0};
     int i;
 
     (void)state;
-    hcb_runtime_set_log(rt, note_warning, &w);
+    hcb_runtime_set_log(rt, tu_note_warning, &w);
     atomic_store(&fake_cuda_refuse_host_alloc, true);
     for (i = 0; i < 3; i++)
         assert_int_equal(tap(&x[i], 1, sink_id, msg), 0);
@@ -1031,6 +1006,77 @@ test_call_stages_through_host_memory(void **state)
     assert_true(seen_value == 1.5f);
     fake_stream_drain(stream);
     assert_true(out[0] == 3.0f && out[2] == 7.0f);
+}
+
+/* A call that the devices of a computation share (attributes runner and
+ * participants): the runner copies its operands to the host and runs it;
+ * the other device copies no operand, takes the runner's results and
+ * copies them to its own memory, in its stream's order.  A call in place
+ * on the device's buffers cannot be shared. */
+typedef struct cuda_sharer {
+    int32_t ordinal;
+    fake_stream *stream;
+    const hcb__platform *platform;
+    float in[2], out[2];
+    int rc;
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+} cuda_sharer;
+
+static void *
+cuda_share_call(void *p)
+{
+    cuda_sharer *d = p;
+    hcb__handler h = {d->platform, rt};
+    int64_t dims[1] = {2};
+    test_frame tf;
+
+    test_thread_ordinal = d->ordinal;
+    test_thread_stream = d->stream;
+    tf_init(&tf);
+    tf_add_arg(&tf, XLA_FFI_DataType_F32, d->in, 1, dims);
+    tf_add_ret(&tf, XLA_FFI_DataType_F32, d->out, 1, dims);
+    tf_add_u64(&tf, "callback_id", double_id);
+    tf_add_i64(&tf, "participants", 2);
+    tf_add_u64(&tf, "runner", HCB_DEVICE(HCB_PLATFORM_CUDA, 3));
+    d->rc =
+        tf_error_code(hcb__run_as_is(&tf.frame, "hcb_call", hcb__call_body, &h),
+                      d->msg, HCB_ERROR_MESSAGE_SIZE);
+    return NULL;
+}
+
+static void
+test_a_shared_call_is_run_by_its_runner_alone(void **state)
+{
+    fake_stream *other = fake_stream_new_on(4);
+    cuda_sharer d[2] = {
+        {3, stream, &hcb__platform_cuda, {1.5f, 2.5f}, {0, 0}, -1, ""},
+        {4, other, &hcb__platform_cuda, {9, 9}, {0, 0}, -1, ""}};
+    pthread_t threads[2];
+    int i;
+
+    (void)state;
+    for (i = 0; i < 2; i++)
+        pthread_create(&threads[i], NULL, cuda_share_call, &d[i]);
+    for (i = 0; i < 2; i++)
+        pthread_join(threads[i], NULL);
+    fake_stream_drain(stream);
+    fake_stream_drain(other);
+    for (i = 0; i < 2; i++) {
+        assert_int_equal(d[i].rc, 0);
+        assert_true(d[i].out[0] == 3.0f && d[i].out[1] == 5.0f);
+    }
+    /* one copy of the operands (the runner's), one of the results each */
+    assert_int_equal(atomic_load(&fake_cuda_counts.copies), 3);
+
+    d[0].platform = &hcb__platform_cuda_in_place;
+    cuda_share_call(&d[0]);
+    test_thread_ordinal = -1;
+    test_thread_stream = NULL;
+    assert_int_not_equal(d[0].rc, 0);
+    assert_string_equal(d[0].msg, "hcb_buffer_call: a call in place on GPU "
+                                  "buffers cannot be shared by the devices "
+                                  "of a computation");
+    fake_stream_free(other);
 }
 
 /* The device's taps issued before a call reach their function before the
@@ -1229,6 +1275,8 @@ main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_call_runs_after_the_taps_before_it,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_shared_call_is_run_by_its_runner_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_failing_call_target_fails_with_its_message, setup, teardown),
         cmocka_unit_test_setup_teardown(

@@ -414,6 +414,56 @@ test_out_of_memory_is_an_error(void **state)
     hcb_set_allocator(NULL);
 }
 
+/* A queued tap with attribute runner (jit over sharded operands) is the
+ * runner's alone: another device's handler taps nothing.  The runner's
+ * that cannot be queued does not fail the computation on that device
+ * alone (the others would wait for it in their next collective): its
+ * failure waits for the barrier. */
+static void
+shared_frame(test_frame *tf, float *x, int64_t *dims, int runner)
+{
+    tf_init(tf);
+    tf_add_buffer(tf, XLA_FFI_DataType_F32, x, 1, dims, NULL);
+    tf_add_u64(tf, "callback_id", sink_id);
+    tf_add_i64(tf, "ntapped", 1);
+    tf_add_i64(tf, "participants", 4);
+    tf_add_u64(tf, "runner", HCB_DEVICE(HCB_PLATFORM_CPU, runner));
+}
+
+static void
+test_a_shared_queued_tap_is_the_runners(void **state)
+{
+    static float x[4096]; /* 16 KiB: a record the pools do not hold ready */
+    int64_t d[1] = {4096};
+    test_frame tf;
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    size_t before;
+    hcb_error last;
+
+    (void)state;
+    hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL);
+    (void)hcb_runtime_take_error(rt, NULL);
+    before = tu_sink_count(sink);
+    shared_frame(&tf, x, d, 2); /* this thread is cpu:0 */
+    assert_int_equal(run(&tf, msg), 0);
+    shared_frame(&tf, x, d, 0);
+    assert_int_equal(run(&tf, msg), 0);
+    hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL);
+    assert_int_equal(tu_sink_count(sink), before + 1);
+
+    tu_install_allocator();
+    tu_fail_alloc_after(0);
+    assert_int_equal(run(&tf, msg), 0);
+    tu_fail_alloc_after(-1);
+    hcb_set_allocator(NULL);
+    assert_int_equal(hcb_runtime_take_error(rt, &last), 1);
+    assert_non_null(strstr(last.message, "a tap shared by 4 devices was not "
+                                         "queued: cannot allocate"));
+    assert_int_equal(run(&tf, msg), 0); /* and the next one is */
+    hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL);
+    assert_int_equal(tu_sink_count(sink), before + 2);
+}
+
 int
 main(void)
 {
@@ -429,6 +479,7 @@ main(void)
         cmocka_unit_test(test_zero_operands),
         cmocka_unit_test(test_malformed_frames_fail_cleanly),
         cmocka_unit_test(test_out_of_memory_is_an_error),
+        cmocka_unit_test(test_a_shared_queued_tap_is_the_runners),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
@@ -232,6 +233,35 @@ tu_wait_holding(tu_gate *g)
     for (i = 0; i < 5000 && !atomic_load(&g->holding); i++)
         tu_sleep_us(1000);
     assert_true(atomic_load(&g->holding));
+}
+
+/* ---- a failing call target and a log sink ------------------------------ */
+
+/* A call target that fails, saying "fail_fn said no". */
+static inline int
+tu_fail_fn(void *user, hcb_device device, const hcb_array *args, size_t nargs,
+           const hcb_array *results, size_t nresults, hcb_error *err)
+{
+    (void)user, (void)device, (void)args, (void)nargs, (void)results;
+    (void)nresults;
+    return hcb_error_set(err, HCB_ECALLBACK, "fail_fn said no");
+}
+
+/* What a runtime's log sink (tu_note_warning) saw: how many warnings, and
+ * the first. */
+typedef struct tu_warned {
+    atomic_int count;
+    char message[HCB_ERROR_MESSAGE_SIZE];
+} tu_warned;
+
+static inline void
+tu_note_warning(void *user, const char *message)
+{
+    tu_warned *w = user;
+
+    if (atomic_load(&w->count) == 0)
+        snprintf(w->message, sizeof w->message, "%s", message);
+    atomic_fetch_add(&w->count, 1);
 }
 
 #endif

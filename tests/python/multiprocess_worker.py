@@ -1,7 +1,8 @@
 """One of two processes of test_transforms.test_two_processes: joins a
 2-process JAX cluster on loopback (gloo collectives, 2 CPU devices each),
-taps and calls from every device under shard_map, and prints what this
-process received as JSON.  Inline mode is on: it runs eager calls only
+taps and calls from every device under shard_map, and under jit over the
+operands sharded across both processes, and prints what this process
+received as JSON.  Inline mode is on: it runs eager calls only
 (shard_map's are compiled), and one checks the device an inline call is
 given.  Usage: multiprocess_worker.py PROCESS_ID PORT"""
 
@@ -49,6 +50,25 @@ x = jax.make_array_from_callback(xs.shape, NamedSharding(mesh, P("d")),
 out = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"),
                             out_specs=P("d")))(x)
 hcb.barrier_wait()
+# jit over operands sharded across both processes: JAX's Python callback
+# runs the function on the device_index-th device, in its process.
+sharded_taps, sharded_calls = [], []
+
+
+def sharded_tap(x, transforms, *, device):
+  sharded_taps.append([device.id, np.asarray(x).tolist()])
+
+
+def sharded_host(x, *, device):
+  sharded_calls.append(device.id)
+  return x * 2
+
+
+whole = jax.jit(lambda v: hcb.call(
+    sharded_host, hcb.id_tap(sharded_tap, v, tap_with_device=True,
+                             device_index=2),
+    result_shape=v, call_with_device=True, device_index=2) + 1)(x)
+hcb.barrier_wait()
 # Inline, device_index counts this process's devices: 3 of the 4 global
 # ones is another process's, a clear error.
 inline = []
@@ -64,5 +84,10 @@ print(json.dumps({
     "local": [d.id for d in jax.local_devices()],
     "taps": sorted(taps), "calls": sorted(calls),
     "out": sorted([s.device.id, np.asarray(s.data).tolist()]
-                  for s in out.addressable_shards)}), flush=True)
+                  for s in out.addressable_shards),
+    "runner": jax.devices()[2].id,
+    "sharded": {"taps": sharded_taps, "calls": sharded_calls,
+                "out": sorted([s.device.id, np.asarray(s.data).tolist()]
+                              for s in whole.addressable_shards)}}),
+      flush=True)
 jax.distributed.shutdown()

@@ -17,8 +17,9 @@ import host_callback as hcb
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 # + the drop-ins', the dispatch of a debug.print, the compile times, one
-# callback per call (4 drop-ins, idle and busy)
-TARGETS = 13 + 5 + hasattr(jax.debug, "log") + 1 + 3 + 8
+# callback per call (4 drop-ins, idle and busy), per step under jit over
+# sharded operands (5 callbacks)
+TARGETS = 13 + 5 + hasattr(jax.debug, "log") + 1 + 3 + 8 + 5
 TARGET_LINE = re.compile(r"^- \*\*(met|NOT MET|NOT MEASURED)\*\* — \S")
 COUNT = re.compile(r"^(\d+)/(\d+)$")
 
@@ -61,7 +62,7 @@ def test_smoke_run_writes_results_and_plots(tmp_path):
   assert ("NOT MEASURED" in printing[0]) == (not hasattr(hcb, "id_print"))
 
   headings = [line for line in text.splitlines() if line.startswith("## ")]
-  for n in range(1, 11):
+  for n in range(1, 12):
     assert any(h.startswith(f"## {n}. ") for h in headings), headings
   # Without --clients-python (make bench passes .venv-clients'), the client
   # libraries' section says why it has no numbers.

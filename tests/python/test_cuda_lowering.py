@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import host_callback as hcb
+from host_callback import _devices
 from conftest import run_python
 
 SOURCE = r"""
@@ -216,11 +217,34 @@ def test_native_buffer_callback_lowers_to_hcb_buffer_call_for_cuda(native):
   assert_typed_ffi(call)
 
 
+def test_callbacks_under_jit_over_sharded_operands_lower_to_shared_calls():
+  """On CUDA as on CPU: our custom calls, each with the device that runs
+  the function (its device key) and the devices that share it; no
+  Python callback."""
+  mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:2]), ("d",))
+  sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
+  x = jax.device_put(X, sharded)
+  lowered = _lowered(
+      lambda v: hcb.call(np.sin, hcb.id_tap(_ignore, v, device_index=1),
+                         result_shape=v), "cuda", x)
+  calls = hlo_calls(lowered)
+  ours = [c for c in calls if c.target.startswith("hcb_")]
+  assert [c.target for c in ours] == ["hcb_tap", "hcb_call"], calls
+  assert not any("callback" in c.target for c in calls), calls
+  tap, call = ours
+  assert "participants = 2 : i64" in tap.attributes, tap
+  assert f"runner = {_devices.device_key(jax.devices('cpu')[1])} : ui64" in \
+      tap.attributes, tap
+  assert f"runner = {_devices.device_key(jax.devices('cpu')[0])} : ui64" in \
+      call.attributes, call
+
+
 def test_in_place_calls_under_jit_over_sharded_gpu_operands_are_refused(
     native):
-  """Under jit over sharded operands a callback runs through JAX's Python
-  callback, which gives host copies: a function meant for the GPU's own
-  buffers is refused at lowering, saying what to use instead."""
+  """Under jit over sharded operands one device runs a callback and the
+  others take its results through host memory: a function meant for the
+  GPU's own buffers would leave theirs unset, so it is refused at
+  lowering, saying what to use instead."""
   mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:2]), ("d",))
   sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
   x = jax.device_put(X, sharded)

@@ -282,6 +282,37 @@ def test_a_progress_bar_that_fails_fails_its_loop_and_the_next_works():
   hcb.barrier_wait()
 
 
+def test_after_a_bar_whose_stream_failed_other_threads_bars_work():
+  # tqdm holds its process-wide lock while it draws and never releases it
+  # when the stream raises: every later bar of another thread would wait
+  # for it forever (pmap's devices draw from their own threads).  The
+  # failure is raised once tqdm has returned, and the lock is free.
+  done = run_python("""
+      import io, jax, jax.numpy as jnp
+      from host_callback.progress import scan_tqdm
+
+      class Broken(io.StringIO):
+        def write(self, s):
+          raise OSError("no terminal")
+
+      def loop(**kw):
+        @scan_tqdm(10, **kw)
+        def step(c, i):
+          return c + i, None
+        return lambda xs: jax.lax.scan(step, 0, xs)[0]
+
+      try:
+        jax.jit(loop(file=Broken()))(jnp.arange(10)).block_until_ready()
+      except jax.errors.JaxRuntimeError as e:
+        print("failed:", "OSError: no terminal" in str(e))
+      out = io.StringIO()
+      xs = jnp.tile(jnp.arange(10), (4, 1))
+      print(jax.pmap(loop(file=out))(xs).tolist(), out.getvalue().count("10/10"))
+  """, env={"JAX_NUM_CPU_DEVICES": "4"}, timeout=120)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.stdout.splitlines() == ["failed: True", "[45, 45, 45, 45] 4"]
+
+
 def test_the_computations_thread_runs_the_callback():
   """No other thread runs a drop-in's function: the one that runs the
   computation does (the caller's, for a small computation on CPU), as

@@ -672,7 +672,8 @@ def test_a_clear_error_without_tqdm():
   assert lines[0] == "package ok"
   for line in lines[1:]:
     assert "needs tqdm" in line
-    assert "pip install 'host_callback[progress]'" in line
+    assert "pip install tqdm" in line
+    assert "pip install '.[progress]'" in line
   assert len(lines) == 3
 
 

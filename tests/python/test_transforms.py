@@ -387,38 +387,6 @@ def test_sharded_jit_taps_and_calls_take_hundreds_of_arrays():
       "[46650.0] [93300.0, 93301.0, 93302.0, 93303.0]"
 
 
-def test_sharded_jit_tap_that_cannot_be_queued_is_kept_for_barrier_wait():
-  # The runtime refusing a record (say, out of memory), simulated by
-  # replacing the extension's submit_tap: the program finishes on every
-  # device, the error waits for barrier_wait, and taps work again after.
-  done = _run_on_sharded_x("""
-      from host_callback import _hcb
-      got = []
-      f = jax.jit(lambda v: hcb.id_tap(lambda a, t: got.append(a.tolist()),
-                                       v * 2, device_index=2) + 1)
-      def refuse(*args):
-        raise MemoryError("no room for the record")
-      real, _hcb.submit_tap = _hcb.submit_tap, refuse
-      print(np.asarray(f(x)).tolist())
-      try:
-        hcb.barrier_wait()
-      except hcb.CallbackException as e:
-        print(repr(e.__cause__))
-      _hcb.submit_tap = real
-      f(x)
-      hcb.barrier_wait()
-      print(got)
-  """)
-  assert done.returncode == 0, done.stderr[-3000:]
-  assert done.stdout.split("\n")[:3] == [
-      "[1.0, 3.0, 5.0, 7.0]",
-      "RuntimeError('id_tap: a tap on device cpu:2 was not delivered: it "
-      "could not be queued (MemoryError: no room for the record)')",
-      "[[0.0, 2.0, 4.0, 6.0]]"]
-  assert "id_tap: tap not delivered (postponed to barrier_wait)" in \
-      done.stderr
-
-
 def test_sharded_jit_call_errors_surface(rec):
   mesh = Mesh(np.array(jax.devices()), ("d",))
   x = jax.device_put(XS, NamedSharding(mesh, P("d")))
@@ -484,3 +452,13 @@ def test_two_processes_each_receive_their_own_devices_callbacks():
     assert g["out"] == sorted([d, [[v + 100 for v in row] for row in rows]]
                               for d, rows in expected)
   assert set(got[0]["local"]).isdisjoint(got[1]["local"])
+  # under jit over sharded operands the runner's process alone runs the
+  # functions, once, on the whole operands; every device gets the results
+  runner = got[0]["runner"]
+  xs = [[0., 1.], [2., 3.], [4., 5.], [6., 7.]]
+  for g in got:
+    mine = runner in g["local"]
+    assert g["sharded"]["taps"] == ([[runner, xs]] if mine else [])
+    assert g["sharded"]["calls"] == ([runner] if mine else [])
+    assert g["sharded"]["out"] == sorted(  # replicated: whole everywhere
+        [d, [[2 * v + 1 for v in row] for row in xs]] for d in g["local"])
