@@ -1,15 +1,11 @@
-# make demo   - set up everything (venv, pinned packages, Debian packages) and run the demo
+# make demo   - set up what the demo needs (a venv with jax and the build tools; a C compiler and
+#               Python 3.11 from Debian only where missing) and run the demo
 # make test   - set up everything and run every test: C (plain, ASan+UBSan, TSan, valgrind), the
 #               fuzzer, Python on every supported JAX, type checks and a pip install into a fresh venv
 # make check  - the fast loop (a minute or two on 2 idle cores): the C tests and the Python tests
-#               of the API most changes touch, on the development venv (README.md, "Contributing")
+#               of the API most changes touch, on the development venv (docs/contributing.md)
 #
-# Other targets: setup, install, ctest, ctest-ffi-newest, ctest-asan, ctest-tsan, ctest-valgrind,
-# fuzz, pytest, pytest-matrix, test-install, typecheck, bench, bench-smoke, format, format-check,
-# clean; test-clients, bench-clients (real libraries patched: tests/clients)
-# On a machine with an NVIDIA GPU (never part of `make test`; README.md, "GPU"):
-# gpu-check (everything below, in at most 8 minutes), test-gpu, bench-gpu;
-# gpu-wheels (run where there is network) brings what they need offline
+# make help   - every target, with what it does (the "## " after each target below)
 
 SHELL := /bin/bash
 # The supported combinations, one pin file each in requirements/: the first
@@ -41,30 +37,50 @@ PIP_INSTALL = HCB_WERROR=ON $(1)/bin/python -m pip install -q --no-build-isolati
 # The Python version of a combination: py3.12-jax0.11.2 -> 3.12
 PYVER = $(patsubst py%,%,$(firstword $(subst -, ,$(1))))
 
-.PHONY: demo test check setup setup-matrix debian install build-c ctest ctest-ffi-newest ctest-asan \
+help: ## this list
+	@echo "make TARGET, where TARGET is one of:"
+	@awk -F ':.*## ' '/^[a-zA-Z][a-zA-Z0-9_-]*:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
+
+.PHONY: help demo test check setup setup-matrix debian install build-c ctest ctest-ffi-newest ctest-asan \
   ctest-tsan ctest-valgrind fuzz pytest pytest-matrix test-install typecheck bench bench-smoke \
   format format-check clean gpu-wheels install-gpu test-gpu bench-gpu gpu-check
 
-demo: install
+# The demo installs what it needs alone, saying what it does: a C compiler
+# and Python 3.11 with venv and headers (tools/demo-needs: apt-get only
+# where one is missing), then requirements/demo.txt into .venv, then the
+# package.  What it shows: README.md, "Two commands".
+demo: $(VENV)/.demo-deps ## set up what the demo needs (no apt-get where the tools are there) and run examples/demo.py
+	@echo "== building host_callback's C runtime and installing it into $(VENV) (a minute the first time)"
+	$(call PIP_INSTALL,$(VENV))
+	@echo "== running examples/demo.py"
 	$(PY) examples/demo.py
+
+$(VENV)/.demo-deps: requirements/demo.txt
+	@tools/demo-needs
+	@echo "== making the virtualenv $(VENV) with Python 3.11"
+	test -x $(PY) || $$(tools/find-python $(call PYVER,$(MAIN))) -m venv $(VENV)
+	@echo "== installing $< into $(VENV): jax, jaxlib, numpy, the build tools (a minute or two)"
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install --progress-bar off -r $<
+	touch $@
 
 # Two cores: first the C builds and tests, the fuzzer, mypy and the other
 # virtualenvs, two targets at a time; then each Python suite on both cores,
 # and the pip install tests (alone: a build with build isolation, timed by
 # pytest-timeout).
-test: install
+test: install ## set up everything and run every test (what CI runs; about 25 minutes on 2 cores)
 	$(MAKE) -j2 --output-sync=target format-check typecheck ctest ctest-ffi-newest ctest-asan \
 	  ctest-tsan ctest-valgrind fuzz setup-matrix
 	$(MAKE) pytest pytest-matrix test-install
 
 # The fast loop: the C tests, then the Python tests of the public API and the
 # docs (tests/python/conftest.py, CHECK_FILES), on both cores.
-check: install
+check: install ## the fast loop: the C tests and the main Python tests on .venv (a few minutes)
 	$(MAKE) ctest
 	$(PY) $(PYTEST) -m check tests/python
 
 # ---- setup ------------------------------------------------------------------
-debian:
+debian: ## install the Debian packages that make test needs (DEBIAN_PACKAGES), with apt-get
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -87,39 +103,39 @@ $(VENV)/.deps: requirements/$(MAIN).txt | debian
 	.venv-$*/bin/python -m pip install -q -r $<
 	touch $@
 
-setup: $(VENV)/.deps
+setup: $(VENV)/.deps ## make .venv with the pinned packages of the development environment
 
-setup-matrix: $(foreach m,$(MATRIX),.venv-$(m)/.deps)
+setup-matrix: $(foreach m,$(MATRIX),.venv-$(m)/.deps) ## make the virtualenvs of the other supported Python/JAX combinations
 
-install: setup
+install: setup ## build the C runtime and install host_callback into .venv
 	$(call PIP_INSTALL,$(VENV))
 
 # ---- C tests ----------------------------------------------------------------
 # The plain build (ctest and ctest-valgrind run its tests).
-build-c: setup
+build-c: setup ## build libhcb and the C tests (build/c)
 	$(CMAKE_C) -B build/c -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	cmake --build build/c
 
-ctest: build-c
+ctest: build-c ## the C tests
 	ctest --test-dir build/c --output-on-failure
 
 # The same tests built against the newest supported XLA FFI header (the
 # last combination's jaxlib) instead of .venv's, the oldest: what differs
 # by header version (include/hcb/ffi_version.h) is checked with both.
 NEWEST_PY = .venv-$(lastword $(MATRIX))/bin/python
-ctest-ffi-newest: .venv-$(lastword $(MATRIX))/.deps setup
+ctest-ffi-newest: .venv-$(lastword $(MATRIX))/.deps setup ## the C tests against the newest supported JAX's XLA FFI header
 	$(CMAKE_C) -B build/c-ffi-newest -DCMAKE_BUILD_TYPE=Debug \
 	  -DHCB_XLA_INCLUDE_DIR=$$($(NEWEST_PY) -c "import jax.ffi; print(jax.ffi.include_dir())") >/dev/null
 	cmake --build build/c-ffi-newest
 	ctest --test-dir build/c-ffi-newest --output-on-failure
 
-ctest-asan: setup
+ctest-asan: setup ## the C tests under AddressSanitizer and UBSan (clang)
 	$(CMAKE_C) -B build/asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DHCB_SANITIZE=address >/dev/null
 	cmake --build build/asan
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir build/asan --output-on-failure
 
-ctest-tsan: setup
+ctest-tsan: setup ## the C tests under ThreadSanitizer (clang)
 	$(CMAKE_C) -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DHCB_SANITIZE=thread >/dev/null
 	cmake --build build/tsan
 	TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build/tsan --output-on-failure
@@ -128,7 +144,7 @@ ctest-tsan: setup
 # memory (which no sanitizer here sees) and definite leaks.  HCB_VALGRIND=1
 # skips the two cases whose premise valgrind does not give (test_print's
 # flush-to-zero, test_ffi_cuda's stream that never makes a tap wait).
-ctest-valgrind: build-c
+ctest-valgrind: build-c ## the C tests under valgrind
 	for t in build/c/test_*; do log=build/c/valgrind-$${t##*/}.log; echo "valgrind $$t"; \
 	  HCB_VALGRIND=1 timeout 900 valgrind -q --error-exitcode=99 --leak-check=full \
 	    --errors-for-leak-kinds=definite --show-leak-kinds=definite $$t >$$log 2>&1 \
@@ -137,7 +153,7 @@ ctest-valgrind: build-c
 # ---- fuzzing (clang's libFuzzer) --------------------------------------------
 # A short run from the committed seeds in fuzz/corpus/print; what it learns
 # goes to build/fuzz/corpus, a crashing input to build/fuzz/ (and fails).
-fuzz: setup
+fuzz: setup ## a short run of the fuzzers (libFuzzer)
 	cmake -S . -G Ninja -B build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
 	  -DHCB_BUILD_FUZZERS=ON -DHCB_WERROR=ON -DPython_EXECUTABLE=$(abspath $(PY)) >/dev/null
 	cmake --build build/fuzz --target fuzz_print
@@ -147,7 +163,7 @@ fuzz: setup
 	  build/fuzz/corpus/print fuzz/corpus/print
 
 # ---- Python tests -----------------------------------------------------------
-pytest: install
+pytest: install ## the Python tests on .venv
 	$(PY) $(PYTEST) tests/python
 
 # The Python suite on the other supported JAX versions.  The last (newest)
@@ -158,7 +174,7 @@ pytest: install
 # (an exit, a barrier) repeat it a fifth as often there
 # (HOST_CALLBACK_TEST_REPEAT, tests/python/conftest.py).
 MATRIX_REPEAT ?= 0.2
-pytest-matrix: $(addprefix pytest-,$(MATRIX))
+pytest-matrix: $(addprefix pytest-,$(MATRIX)) ## the Python tests on every other supported combination
 
 pytest-py%: .venv-py%/.deps setup
 	$(if $(filter py$*,$(lastword $(MATRIX))),HCB_XLA_INCLUDE_DIR=$(XLA_INC)) $(call PIP_INSTALL,.venv-py$*)
@@ -166,7 +182,7 @@ pytest-py%: .venv-py%/.deps setup
 
 # `pip install .` as a user runs it: build isolation, a fresh venv, PyPI.
 # Its three tests run at once (much of their time is downloads).
-test-install: setup
+test-install: setup ## pip install . into fresh virtualenvs, as a user would
 	$(PY) -m pytest -q -p no:cacheprovider -n 3 tests/install
 
 # ---- client libraries (tests/clients; docs/migrating.md) ---------------------
@@ -185,35 +201,35 @@ $(addsuffix /.deps,$(CLIENT_VENVS)): .venv-clients%/.deps: requirements/clients%
 	.venv-clients$*/bin/python -m pip install -q -r $<
 	touch $@
 
-install-clients: $(addsuffix /.deps,$(CLIENT_VENVS)) setup
+install-clients: $(addsuffix /.deps,$(CLIENT_VENVS)) setup ## make the virtualenvs of the client libraries (tests/clients)
 	$(call PIP_INSTALL,.venv-clients)
 	$(call PIP_INSTALL,.venv-clients-legacy)
 
-test-clients: install-clients
+test-clients: install-clients ## real libraries' tests, patched onto host_callback
 	.venv-clients/bin/python -m pytest -q -p no:cacheprovider tests/clients
 
 # ---- type checks ([tool.mypy] in pyproject.toml) ---------------------------
 # The package as pip installed it in .venv (its modules, _hcb.pyi, py.typed),
 # the benchmark harness, then, strictly, a user program that uses every
-# example of README.md.
-typecheck: install
+# example of README.md and docs/api.md.
+typecheck: install ## mypy, strict, over the package and the examples of README.md and docs/api.md
 	$(PY) -m mypy -p host_callback
 	$(PY) -m mypy bench/
 	$(PY) -m mypy --strict tests/typing/readme_examples.py
 
 # ---- benchmarks (bench/README.md) -------------------------------------------
-bench: install install-clients
+bench: install install-clients ## the benchmarks against JAX's callbacks: bench/results/RESULTS.md (builds the client virtualenvs the first time)
 	$(PY) bench/run.py --clients-python .venv-clients/bin/python
 
 # Section 9 of make bench alone: the client libraries' workloads, patched
 # against unpatched (bench/README.md).
-bench-clients: install install-clients
+bench-clients: install install-clients ## section 9 of make bench alone: client libraries, patched against unpatched
 	$(PY) bench/run.py --clients-only --clients-python .venv-clients/bin/python
 
-bench-smoke: install
+bench-smoke: install ## a seconds-long run of the benchmarks (numbers mean nothing)
 	$(PY) bench/run.py --smoke --out build/bench-smoke
 
-# ---- GPU (README.md, "GPU") ---------------------------------------------------
+# ---- GPU (docs/gpu.md) ---------------------------------------------------
 # The GPU machines are offline and bring Python 3.12 with JAX 0.11.2, its CUDA 13
 # plugin, CuPy, pytest and scikit-build-core: the package is built into that
 # Python (GPU_PY) without build isolation.  A package missing there is installed
@@ -224,7 +240,7 @@ GPU_WHEELS := build/gpu-wheels
 GPU_PACKAGES := scikit-build-core pytest pytest-timeout
 GPU_PINS := scikit-build-core==1.1.2 pytest==9.2.0 pytest-timeout==2.4.0
 
-gpu-wheels:
+gpu-wheels: ## where there is network: the wheels the GPU targets install offline
 	mkdir -p $(GPU_WHEELS)
 	$(if $(wildcard $(PY)),$(PY),python3) -m pip download -q --only-binary=:all: \
 	  --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
@@ -232,7 +248,7 @@ gpu-wheels:
 	  -d $(GPU_WHEELS) $(GPU_PINS)
 	ls $(GPU_WHEELS)
 
-install-gpu:
+install-gpu: ## on a GPU machine: build and install into its Python, offline
 	@$(GPU_PY) -c "import jax, sys; sys.exit(0 if jax.default_backend() == 'gpu' else \
 	  'make $@: JAX sees no GPU here (default backend ' + repr(jax.default_backend()) + ')')"
 	if [ -d $(GPU_WHEELS) ]; then $(GPU_PY) -m pip install -q --no-index \
@@ -242,13 +258,13 @@ install-gpu:
 
 # Every API on the GPU (tests/gpu; they fail rather than skip without one),
 # then the CuPy example.
-test-gpu: install-gpu
+test-gpu: install-gpu ## on a GPU machine: the GPU suite and the CuPy example
 	HCB_REQUIRE_GPU=1 XLA_PYTHON_CLIENT_PREALLOCATE=false \
 	  $(GPU_PY) -m pytest -q -p no:cacheprovider tests/gpu
 	$(GPU_PY) examples/cupy_buffer_callback.py
 
 # The GPU targets (bench/README.md, "GPU"): writes bench/results/RESULTS-gpu.md.
-bench-gpu: install-gpu
+bench-gpu: install-gpu ## on a GPU machine: the GPU benchmarks (bench/results/RESULTS-gpu.md)
 	JAX_PLATFORMS=cuda,cpu $(GPU_PY) bench/run.py --gpu
 
 # The one command for a GPU machine (tools/gpu_check.py): checks that JAX
@@ -258,14 +274,14 @@ bench-gpu: install-gpu
 # line per check, logs and RESULTS-gpu.md in GPU_CHECK_DIR (bring it back).
 # Without a GPU it fails at once; HCB_GPU_DRY_RUN=1 runs it on the CPU.
 GPU_CHECK_DIR ?= build/gpu-check
-gpu-check:
+gpu-check: ## on a GPU machine: everything GPU, in at most 8 minutes (docs/gpu.md)
 	$(GPU_PY) tools/gpu_check.py --python $(GPU_PY) --out $(GPU_CHECK_DIR)
 
-format:
+format: ## clang-format the C sources in place
 	clang-format -i $(C_SOURCES)
 
-format-check:
+format-check: ## check the C sources' formatting
 	clang-format --dry-run --Werror $(C_SOURCES)
 
-clean:
+clean: ## remove the build outputs
 	rm -rf build

@@ -1,4 +1,4 @@
-"""``make gpu-check``: the one command a GPU machine runs (README.md, "GPU").
+"""``make gpu-check``: the one command a GPU machine runs (docs/gpu.md).
 
 On a machine with an NVIDIA GPU and JAX's CUDA plugin (the project's GPU
 machines: offline, Python 3.12, JAX 0.11.2 with its CUDA 13 plugin, CuPy),
@@ -141,7 +141,7 @@ def check_gpu(r: Runner, timeout: float) -> Result:
 
 def check_build(r: Runner, timeout: float) -> Result:
   start = time.monotonic()
-  if WHEELS.is_dir():  # what `make gpu-wheels` brought (README.md, "GPU")
+  if WHEELS.is_dir():  # what `make gpu-wheels` brought (docs/gpu.md)
     status, text = r.command(
         "build", [r.python, "-m", "pip", "install", "-q", "--no-index",
                   "--find-links", str(WHEELS), *WHEEL_PACKAGES], timeout)

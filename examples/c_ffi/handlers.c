@@ -1,7 +1,7 @@
 /*
  * handlers.c - XLA FFI handlers written in plain C with the hcb SDK
  * (include/hcb/ffi.h), called from JAX through jax.ffi.ffi_call.  See
- * example.py for the Python side and README.md for how to build.
+ * example.py for the Python side and docs/api.md ("C users") for how to build.
  *
  * Each handler is a body `int body(XLA_FFI_CallFrame *, hcb_error *)` that
  * returns HCB_OK or an error code after hcb_error_set; HCB_FFI_HANDLER

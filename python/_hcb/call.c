@@ -53,30 +53,43 @@ int_attr(PyObject *obj, const char *name)
     return n;
 }
 
+/* Copies the str `v`, of `min_len` characters or more and fewer than
+ * `cap`, into `dst` (with its NUL); -1 with a TypeError naming the
+ * CallSite's field `name`. */
+static int
+str_field(PyObject *v, const char *name, size_t min_len, char *dst, size_t cap)
+{
+    Py_ssize_t len = 0;
+    const char *s =
+        PyUnicode_Check(v) ? PyUnicode_AsUTF8AndSize(v, &len) : NULL;
+
+    if (s == NULL || (size_t)len < min_len || (size_t)len >= cap) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError,
+                     "the CallSite's %s must be a str of %zu to %zu "
+                     "characters",
+                     name, min_len, cap - 1);
+        return -1;
+    }
+    memcpy(dst, s, (size_t)len + 1);
+    return 0;
+}
+
 int
 hcb_py_call_site_read(hcb_py_call_target *t, PyObject *site)
 {
-    static const char *const names[] = {"func",           "arg_treedef",
-                                        "result_treedef", "with_device",
-                                        "narrow_x64",     "api"};
-    PyObject *f[6];
-    const char *api;
-    Py_ssize_t api_len;
+    static const char *const names[] = {
+        "func", "arg_treedef", "result_treedef", "with_device", "narrow_x64",
+        "api",  "hint"};
+    PyObject *f[7];
     long nodes, leaves;
     int with_device, narrow;
 
-    if (hcb_py_fields(site, "CallSite", names, f, 6) < 0)
+    if (hcb_py_fields(site, "CallSite", names, f, 7) < 0)
         return -1;
-    api =
-        PyUnicode_Check(f[5]) ? PyUnicode_AsUTF8AndSize(f[5], &api_len) : NULL;
-    if (api == NULL || api_len == 0 || (size_t)api_len >= sizeof t->api) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError,
-                     "the CallSite's api must be a name of 1 to %zu "
-                     "characters",
-                     sizeof t->api - 1);
+    if (str_field(f[5], "api", 1, t->api, sizeof t->api) < 0 ||
+        str_field(f[6], "hint", 0, t->hint, sizeof t->hint) < 0)
         return -1;
-    }
     if (!PyCallable_Check(f[0])) {
         PyErr_SetString(PyExc_TypeError, "the CallSite's func is not callable");
         return -1;
@@ -93,9 +106,8 @@ hcb_py_call_site_read(hcb_py_call_target *t, PyObject *site)
     t->result_is_leaf = nodes == 1 && leaves == 1;
     t->with_device = with_device;
     t->narrow_x64 = narrow;
-    memcpy(t->api, api, (size_t)api_len + 1);
     /* The drop-ins of JAX's callbacks report wrong results in JAX's words. */
-    t->jax_words = strcmp(api, "host_callback.call") != 0;
+    t->jax_words = strcmp(t->api, "host_callback.call") != 0;
     return 0;
 }
 

@@ -237,6 +237,12 @@ mismatch(const result_check *c, PyObject *type, hcb_error *err, const char *fmt,
     va_start(ap, fmt);
     hcb_error_setv(err, HCB_EINVAL, fmt, ap);
     va_end(ap);
+    if (c->t->hint[0] != '\0') {
+        size_t used = strlen(err->message);
+
+        snprintf(err->message + used, sizeof err->message - used, "%s",
+                 c->t->hint);
+    }
     PyErr_Clear();
     if (!c->report) {
         PyErr_SetString(type, err->message);
@@ -558,9 +564,15 @@ fill_results(const result_check *c, PyObject *result, const hcb_array *results,
             rc = mismatch(c, PyExc_TypeError, err,
                           "%s" PREFIX "returned a result with %zd arrays (the "
                           "first is %s), but %s declares no "
-                          "result%s",
+                          "result%s%s",
                           phrase, t->api, t->base.name, n, got, declared_by(t),
-                          close_phrase(phrase));
+                          close_phrase(phrase),
+                          t->jax_words
+                              ? ""
+                              : "; to return it, declare it: result_shape="
+                                "jax.ShapeDtypeStruct(shape, dtype), or an "
+                                "array of its shape and dtype (a pytree of "
+                                "them for several)");
         }
         Py_DECREF(flat);
         return rc;

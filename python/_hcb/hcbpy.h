@@ -154,6 +154,9 @@ typedef struct hcb_py_call_target {
      * of a wrong result start with JAX's words (`jax_words`). */
     char api[32];
     int jax_words;
+    /* What the site's result_shape probably meant, added to a wrong
+     * result's message ("" for none; the site's `hint`). */
+    char hint[256];
 } hcb_py_call_target;
 
 /* A Python buffer_callback target (buffer.c); `base.site` is a

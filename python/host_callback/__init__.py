@@ -19,7 +19,7 @@ under JAX's own names (for code one does not own) and
 (also at start-up, without edits: ``HOST_CALLBACK_PATCH=jax,legacy`` or
 ``python -m host_callback run``).  ``host_callback.progress``
 (imported on first use; it needs tqdm, the ``progress`` extra) has
-jax-tqdm's progress bars.  See README.md and docs/.
+jax-tqdm's progress bars.  See README.md and docs/ (docs/api.md: all of it).
 """
 
 from typing import TYPE_CHECKING

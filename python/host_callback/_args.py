@@ -100,6 +100,33 @@ def check_callable(api: str, name: str, value: Any) -> None:
     raise TypeError(f"{api}: {name} must be callable, got {_got(value)}")
 
 
+def check_tap_signature(api: str, tap_func: Any,
+                        with_device: bool) -> None:
+  """A ``TypeError`` when ``tap_func`` cannot be called as a tap function
+  is, ``tap_func(arg, transforms)`` (and ``device=`` with
+  ``tap_with_device``), saying so; nothing when its signature cannot be
+  read (a builtin, a C function)."""
+  try:
+    signature = inspect.signature(tap_func)
+  except (TypeError, ValueError):
+    return
+  call = "tap_func(arg, transforms" + (", device=device)" if with_device
+                                       else ")")
+  try:
+    if with_device:
+      signature.bind(None, None, device=None)
+    else:
+      signature.bind(None, None)
+  except TypeError as e:
+    name = getattr(tap_func, "__qualname__", None) or repr(tap_func)
+    raise TypeError(
+        f"{api}: the tap function is called as {call}, but {name}{signature} "
+        f"cannot be ({e}); give it a second parameter for the transforms"
+        + (" and a keyword parameter device" if with_device else "")
+        + " (def f(arg, transforms" + (", *, device" if with_device else "")
+        + "): ...)") from None
+
+
 def check_threshold(api: str, value: Any) -> int | None:
   """``numpy.array2string``'s ``threshold``: ``None`` or any real number but
   NaN, as numpy takes it; returned as the int that gives the same summary

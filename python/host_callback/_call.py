@@ -182,6 +182,26 @@ def _declared_results(result_shape: Any
     ) from None
 
 
+def _result_shape_hint(result_shape: Any, api: str) -> str:
+  """What ``result_shape`` probably meant, when it looks like a shape (a
+  tuple or list of Python ints, which declares that many int scalars):
+  added to the message of a result that does not match it."""
+  if (isinstance(result_shape, (tuple, list)) and result_shape
+      and all(type(d) is int for d in result_shape)):
+    shape = tuple(result_shape)
+    by = "result_shape" if api == "call" else "result_shape_dtypes"
+    hint = (f" ({by}={result_shape!r} declares {len(shape)} Python int "
+            f"scalar{'s' if len(shape) > 1 else ''}, not a shape: for an "
+            f"array of shape {shape} declare jax.ShapeDtypeStruct({shape}, "
+            "dtype), or pass an array of that shape and dtype)")
+    if len(hint) < 250:  # the C target keeps 255 characters
+      return hint
+    return (f" ({by} is a sequence of Python ints, each declaring a scalar, "
+            "not a shape: for an array declare jax.ShapeDtypeStruct(shape, "
+            "dtype))")
+  return ""
+
+
 # ---- inline mode ----------------------------------------------------------
 
 def _inline_result(site: CallSite, result: Any) -> Any:
@@ -289,7 +309,8 @@ def bind(callback_func: Callable[..., Any] | NativeCallback, arg: Any, *,
   site = CallSite(callback_func if isinstance(callback_func, NativeCallback)
                   else _sites.hashable_callable(callback_func), arg_treedef,
                   result_treedef, result_avals, bool(call_with_device),
-                  bool(narrow), "host_callback.call" if api == "call" else api)
+                  bool(narrow), "host_callback.call" if api == "call" else api,
+                  _result_shape_hint(result_shape, api))
 
   if (_config.INLINE and not isinstance(callback_func, NativeCallback) and
       not _leaves.staging(sent)):

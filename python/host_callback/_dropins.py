@@ -9,7 +9,7 @@ with ``numpy.asarray``), and differentiation, ``vmap`` and bad declarations
 raise JAX's errors (``api`` of the ``hcb_call`` primitive names the
 drop-in).
 
-Where JAX and host_callback differ (README.md):
+Where JAX and host_callback differ (docs/api.md):
 
 - inside a trace (``jit``, ``scan``, ...) the function receives numpy
   arrays, not ``jax.Array``s on the CPU device: the same values, shapes and

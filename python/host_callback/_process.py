@@ -82,6 +82,23 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
+def _say_uncollected(e: CallbackException) -> None:
+  """One line on stderr at exit: tap functions failed and no barrier_wait
+  raised it (each was logged, with its traceback, when it failed).  The
+  exit status is the program's, as for an exception of another thread."""
+  cause = e.__cause__
+  last = (f"{type(cause).__name__}: {cause}" if cause is not None else
+          str(e).rpartition("Last one was: ")[2].strip().splitlines()[-1])
+  try:
+    sys.stderr.write(
+        f"host_callback: at exit, a tap function's error was never raised "
+        f"by barrier_wait (the last: {last}); call hcb.barrier_wait() to "
+        "raise it where the program can handle it\n")
+    sys.stderr.flush()
+  except Exception:  # pylint: disable=broad-except
+    pass  # stderr closed: nothing to say it on
+
+
 def at_exit() -> None:
   """Delivers every pending tap before the interpreter exits."""
   state.exiting = True
@@ -89,8 +106,8 @@ def at_exit() -> None:
   try:
     barrier_wait("at_exit")
   except CallbackException as e:
-    if not state.raised_as_jax:  # else logged in JAX's words already
-      logger.error("host_callback: %s", e)
+    if not state.raised_as_jax:  # else the call raised it already
+      _say_uncollected(e)
   except KeyboardInterrupt:
     # Ctrl-C while the flush waits (a tap function that never returns):
     # exit now, without the taps still pending and without joining the

@@ -87,10 +87,11 @@ class CallSite(NamedTuple):
   """What a compiled ``call`` refers to by id: the function, how to rebuild
   its argument, the declared result (treedef and ``(shape, dtype)`` per
   leaf), whether it wants the device, whether a 64-bit result may fill a
-  declared 32-bit one (JAX without x64), and the API the user called
+  declared 32-bit one (JAX without x64), the API the user called
   (``"host_callback.call"``, or the drop-in ``"pure_callback"`` or
   ``"io_callback"``, whose errors and logs are JAX's: see
-  ``_errors.on_callback_error``).  The C target reads the fields by name
+  ``_errors.on_callback_error``), and a hint of what ``result_shape``
+  probably meant.  The C target reads the fields by name
   when it is registered (python/_hcb/call.c, hcb_py_call_site_read)."""
 
   func: Callable[..., Any] | NativeCallback
@@ -100,6 +101,9 @@ class CallSite(NamedTuple):
   with_device: bool
   narrow_x64: bool
   api: str
+  # What result_shape probably meant, added to a wrong result's message
+  # ("" when it looks as meant).
+  hint: str = ""
 
   @property
   def jax_error_log(self) -> JaxErrorLog | None:

@@ -345,6 +345,8 @@ def tap(tap_func: Callable[..., Any] | NativeTap | logging.Logger, arg: Any,
   native = _native.is_native(tap_func, NativeTap, "id_tap")
   if not native:
     _args.check_callable("id_tap", "tap_func", tap_func)
+    if not api:  # the user's own function (a drop-in's is ours)
+      _args.check_tap_signature("id_tap", tap_func, tap_with_device)
   _args.check_flavor("id_tap", callback_flavor)
 
   device_index = _devices.checked_device_index(device_index, "id_tap")

@@ -63,7 +63,7 @@ class Collector:
 
 
 # `make check`, the fast loop: the tests of the API that most changes touch
-# (README.md, "Contributing").  The rest -- id_print's differential test of
+# (docs/contributing.md).  The rest -- id_print's differential test of
 # 20,000 arrays, the runtime's robustness, lifetimes, several processes, the
 # benchmarks' smoke runs, the docs, the Makefile -- runs in `make test`.
 CHECK_FILES = {"test_id_tap.py", "test_call.py", "test_buffer_callback.py",

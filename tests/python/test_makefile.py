@@ -295,3 +295,75 @@ def test_the_check_sees_the_commands_it_must():
               "pkg-config", "cc", "git", "ninja", "tools/find-python",
               "apt-get", "dpkg"):
     assert cmd in needed or any(c.endswith(cmd) for c in needed), cmd
+
+
+# ---- make help and make demo ------------------------------------------------
+
+def _targets_of_the_makefile() -> set[str]:
+  """Every target a reader may name: the .PHONY ones."""
+  text = (REPO / "Makefile").read_text().replace("\\\n", " ")
+  return {t for line in re.findall(r"^\.PHONY:(.*)$", text, re.MULTILINE)
+          for t in line.split()}
+
+
+def test_make_help_lists_every_target_with_what_it_does():
+  done = subprocess.run(["make", "--no-print-directory", "help"], cwd=REPO,
+                        capture_output=True, text=True, timeout=60)
+  assert done.returncode == 0, done.stderr
+  listed = {}
+  for line in done.stdout.splitlines()[1:]:
+    name, _, text = line.strip().partition(" ")
+    listed[name] = text.strip()
+  assert set(listed) == _targets_of_the_makefile()
+  assert all(listed.values()), listed
+
+
+def _path_without(tmp_path: pathlib.Path, *hidden: str) -> str:
+  """A PATH of one directory that holds every command of this PATH but
+  ``hidden`` (links to them)."""
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  for directory in os.environ["PATH"].split(os.pathsep):
+    if not os.path.isdir(directory):
+      continue
+    for name in os.listdir(directory):
+      path = os.path.join(directory, name)
+      if (name not in hidden and not (bin_dir / name).exists()
+          and os.access(path, os.X_OK) and not os.path.isdir(path)):
+        (bin_dir / name).symlink_to(path)
+  return str(bin_dir)
+
+
+def test_the_demo_needs_no_apt_get_where_its_tools_are_there(tmp_path):
+  # as on a machine without apt-get (or a user who is not root) that has a
+  # C compiler and Python 3.11
+  path = _path_without(tmp_path, "apt-get", "apt", "dpkg", "sudo")
+  done = subprocess.run(["tools/demo-needs"], cwd=REPO, capture_output=True,
+                        text=True, env={**os.environ, "PATH": path},
+                        timeout=120)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.startswith("== the machine has what the demo needs")
+
+
+def test_the_demo_says_what_is_missing_where_it_cannot_install_it(tmp_path):
+  compilers = ("cc", "gcc", "clang", "x86_64-linux-gnu-gcc")
+  path = _path_without(tmp_path, "apt-get", "apt", "dpkg", "sudo",
+                       *compilers)
+  done = subprocess.run(["tools/demo-needs"], cwd=REPO, capture_output=True,
+                        text=True, env={**os.environ, "PATH": path},
+                        timeout=120)
+  assert done.returncode == 1
+  assert done.stderr == (
+      "make demo needs a C compiler (cc, gcc or clang). Install it (on "
+      "Debian or Ubuntu: apt-get install gcc), then run make demo again.\n")
+
+
+def test_the_demo_pins_what_the_development_environment_pins():
+  def pins(name: str) -> dict[str, str]:
+    lines = (REPO / "requirements" / name).read_text().splitlines()
+    return dict(line.split("==") for line in lines
+                if line and not line.startswith("#"))
+  demo, main = pins("demo.txt"), pins("py3.11-jax0.10.2.txt")
+  shared = set(demo) & set(main)
+  assert {"jax", "jaxlib", "numpy", "scikit-build-core"} <= shared
+  assert {k: demo[k] for k in shared} == {k: main[k] for k in shared}

@@ -5,7 +5,7 @@ exception that is XLA's, not the callback's: on the CPU, XLA compiles a
 small ``while`` loop (under ``xla_cpu_small_while_loop_byte_threshold``,
 1 KiB, of data) whose body holds no custom call into one function, and one
 that holds any custom call (every callback, JAX's too) step by step; the
-two may contract a multiply-add differently (README.md, "Same numbers").
+two may contract a multiply-add differently (docs/api.md, "Same numbers").
 With that threshold at 0 XLA steps every loop, and the bits agree there
 too.
 

@@ -470,7 +470,7 @@ def test_run_usage_errors():
   for argv, message in (
       (("--patch", "jx", "x.py"), "--patch 'jx': the parts are jax, legacy"),
       (("--frobnicate", "x.py"), "unknown option '--frobnicate'"),
-      ((), "no script or -m module to run"),
+      ((), "no script, -m module or -c command to run"),
       (("-m",), "-m needs a module name")):
     done = _run("", args=("-m", "host_callback", "run", *argv))
     assert done.returncode == 2, argv
@@ -479,6 +479,79 @@ def test_run_usage_errors():
     assert done.stderr.startswith("usage: python -m host_callback run")
   shown = _run("", args=("-m", "host_callback", "run", "--help"))
   assert shown.returncode == 0 and "--patch PARTS" in shown.stdout
+
+
+# What a script can observe of how it was started; run by python and by
+# python -m host_callback run, the two must agree.
+OBSERVER = """\
+import os, sys
+print(__file__ == os.path.abspath(__file__), os.path.basename(__file__))
+print(sys.argv)
+os.chdir("/")
+print(os.path.exists(__file__))
+if sys.argv[1:] == ["raise"]:
+  def inner():
+    raise ValueError("from the script")
+  inner()
+sys.exit(int(sys.argv[1]) if sys.argv[1:] else 0)
+"""
+
+
+def _both_ways(args: tuple[str, ...], cwd: str
+               ) -> tuple[subprocess.CompletedProcess[str], ...]:
+  """``python ARGS`` and ``python -m host_callback run ARGS``."""
+  return (_run("", args=args, cwd=cwd),
+          _run("", args=("-m", "host_callback", "run", *args), cwd=cwd))
+
+
+def test_run_looks_to_the_script_as_python_does(tmp_path):
+  (tmp_path / "prog.py").write_text(OBSERVER)
+  for args in (("prog.py",), ("prog.py", "3", "--flag"),
+               ("./prog.py", "0")):
+    plain, ours = _both_ways(args, str(tmp_path))
+    assert ours.returncode == plain.returncode, (args, ours.stderr)
+    assert ours.stdout == plain.stdout, args
+  assert plain.stdout.splitlines()[:3] == ["False prog.py",
+                                           "['./prog.py', '0']", "True"]
+
+
+def test_run_reports_the_scripts_exception_as_python_does(tmp_path):
+  (tmp_path / "prog.py").write_text(OBSERVER)
+  plain, ours = _both_ways(("prog.py", "raise"), str(tmp_path))
+  assert ours.returncode == plain.returncode == 1
+  # the traceback holds the script's frames alone, as python's
+  assert ours.stderr == plain.stderr, ours.stderr
+
+
+def test_run_of_a_missing_script_fails_as_python_does(tmp_path):
+  plain, ours = _both_ways(("missing.py",), str(tmp_path))
+  assert ours.returncode == plain.returncode == 2
+  assert ours.stderr == plain.stderr.replace(
+      sys.executable, "python -m host_callback run", 1)
+  assert ours.stderr.count("\n") == 1
+
+
+def test_run_a_command():
+  plain = _run("import sys; print(sys.argv, sys.path[0] == '')",
+               args=("-c",))
+  ours = _run("", args=("-m", "host_callback", "run", "-c",
+                        "import sys; print(sys.argv, sys.path[0] == '')",
+                        "a", "b"))
+  assert plain.stdout == "['-c'] True\n"
+  assert ours.returncode == 0, ours.stderr
+  assert ours.stdout == "['-c', 'a', 'b'] True\n"
+
+
+def test_the_runner_leads_its_help_with_run_and_knows_near_misses():
+  shown = _run("", args=("-m", "host_callback", "--help"))
+  assert shown.returncode == 0
+  assert shown.stdout.startswith(
+      "usage: python -m host_callback run [--patch PARTS] script.py")
+  missed = _run("", args=("-m", "host_callback", "rn", "x.py"))
+  assert missed.returncode == 2
+  assert missed.stderr.splitlines()[-1] == (
+      "python -m host_callback: unknown command 'rn' (did you mean "
+      "'run'?)")
 
 
 def test_run_refuses_a_jax_outside_the_range(tmp_path):

@@ -1,8 +1,9 @@
-"""Every example of README.md, as a user program type-checked strictly.
+"""Every example of README.md and docs/api.md, as a user program, type-checked
+strictly.
 
 ``make typecheck`` runs ``mypy --strict`` on this file against the installed
-package: the public API must accept what README.md (and the docstrings and
-docs/c_api.md it points to) show users writing -- Python functions and C
+package: the public API must accept what README.md and docs/api.md (and the
+docstrings and docs/c_api.md they point to) show users writing -- Python functions and C
 functions from ``native_tap``/``native_call`` alike, every keyword of the
 API table -- and give back types a strict program can use.
 
@@ -180,7 +181,7 @@ def buffer_callbacks() -> None:
 
 
 def gpu_saxpy(cupy: Any) -> None:
-  """README.md, "GPU": CuPy on XLA's stream (``cupy`` has no stubs: Any).
+  """docs/gpu.md: CuPy on XLA's stream (``cupy`` has no stubs: Any).
   Only type-checked here; tests/gpu runs it on a GPU."""
 
   def saxpy(ctx: hcb.ExecutionContext, out: hcb.Buffer, a: hcb.Buffer,
@@ -201,7 +202,7 @@ def gpu_saxpy(cupy: Any) -> None:
 # ---- C users -----------------------------------------------------------------
 
 def native_callbacks(library: str) -> None:
-  """The README's C users example, docs/c_api.md's, and the docstrings'."""
+  """docs/api.md's C users example, docs/c_api.md's, and the docstrings'."""
   x = jnp.arange(3.)
   a = jnp.ones((3, 3))
   b = jnp.ones(3)
