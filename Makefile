@@ -2,7 +2,7 @@
 #               Python 3.11 from Debian only where missing) and run the demo
 # make test   - set up everything and run every test: C (plain, ASan+UBSan, TSan, valgrind), the
 #               fuzzer, Python on every supported JAX, type checks and a pip install into a fresh venv
-# make check  - the fast loop (a minute or two on 2 idle cores): the C tests and the Python tests
+# make check  - the fast loop (about a minute on 2 idle cores): the C tests and the Python tests
 #               of the API most changes touch, on the development venv (docs/contributing.md)
 #
 # make help   - every target, with what it does (the "## " after each target below)
@@ -68,14 +68,14 @@ $(VENV)/.demo-deps: requirements/demo.txt
 # virtualenvs, two targets at a time; then each Python suite on both cores,
 # and the pip install tests (alone: a build with build isolation, timed by
 # pytest-timeout).
-test: install ## set up everything and run every test (what CI runs; about 25 minutes on 2 cores)
+test: install ## set up everything and run every test (what CI runs; 26 minutes in a clean clone on 2 cores)
 	$(MAKE) -j2 --output-sync=target format-check typecheck ctest ctest-ffi-newest ctest-asan \
 	  ctest-tsan ctest-valgrind fuzz setup-matrix
 	$(MAKE) pytest pytest-matrix test-install
 
 # The fast loop: the C tests, then the Python tests of the public API and the
 # docs (tests/python/conftest.py, CHECK_FILES), on both cores.
-check: install ## the fast loop: the C tests and the main Python tests on .venv (a few minutes)
+check: install ## the fast loop: the C tests and the main Python tests on .venv (about a minute)
 	$(MAKE) ctest
 	$(PY) $(PYTEST) -m check tests/python
 

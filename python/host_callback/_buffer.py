@@ -182,7 +182,12 @@ def _batching_rule(args: Sequence[Any], dims: Sequence[Any], *,
 
 buffer_callback_p.def_impl(_impl)
 buffer_callback_p.def_abstract_eval(_abstract_eval)
-_lowering.register_lowering(buffer_callback_p, _lowering_rule)
+# Not given the devices, as JAX's buffer_callback is not: a program that
+# mixes NamedShardings of several meshes keeps working (JAX refuses such a
+# program where a primitive needs the devices).  Under jit over sharded
+# operands it then runs on JAX's Python callback (_lowering.lower).
+_lowering.register_lowering(buffer_callback_p, _lowering_rule,
+                            needs_devices=False)
 ad.primitive_jvps[buffer_callback_p] = _jvp
 ad.primitive_transposes[buffer_callback_p] = _transpose
 batching.primitive_batchers[buffer_callback_p] = _batching_rule

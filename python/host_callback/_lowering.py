@@ -63,9 +63,11 @@ PLATFORMS = ("cpu", "cuda")
 _PLATFORM_CODES = {"cpu": _hcb.PLATFORM_CPU, "cuda": _hcb.PLATFORM_CUDA}
 
 
-def register_lowering(prim: Any, rule: Callable[..., Any]) -> None:
+def register_lowering(prim: Any, rule: Callable[..., Any], *,
+                      needs_devices: bool = True) -> None:
   """Registers ``rule`` as the lowering of ``prim`` on every platform of
-  :data:`PLATFORMS`, and ``prim`` as one whose lowering knows the devices.
+  :data:`PLATFORMS`, and, with ``needs_devices``, ``prim`` as one whose
+  lowering knows the devices.
 
   Each platform gets a rule object of its own: when one program is lowered
   for several platforms at once, JAX then emits the rule once per platform
@@ -74,8 +76,10 @@ def register_lowering(prim: Any, rule: Callable[..., Any]) -> None:
   rule object would be emitted once, for all platforms together.)"""
   # Its lowering is given the computation's devices, as JAX's own
   # callbacks' is: under jit over sharded operands it names the one that
-  # runs the function (_lower_shared).
-  _jax.prim_requires_devices_during_lowering.add(prim)
+  # runs the function (_lower_shared).  JAX then also requires every
+  # NamedSharding of the program to be on one mesh.
+  if needs_devices:
+    _jax.prim_requires_devices_during_lowering.add(prim)
   for platform in PLATFORMS:
     def platform_rule(ctx: mlir.LoweringRuleContext, *args: Any,
                       **params: Any) -> Any:

@@ -492,3 +492,40 @@ def test_native_callback_errors(native_lib):
     hcb.barrier_wait()
   with pytest.raises(ValueError, match="not a C function pointer"):
     hcb.NativeCallback(0)
+
+
+def test_operands_on_two_meshes_of_one_device_are_accepted():
+  # A program whose operands carry NamedShardings of two different meshes
+  # (each of one device) compiles and runs, as with JAX's buffer_callback:
+  # the callback does not ask JAX for the program's devices, which would
+  # make JAX require a single mesh.
+  seen = []
+
+  def record(ctx, out, x):
+    seen.append(np.asarray(x).copy())
+    np.asarray(out)[...] = np.asarray(x) + 1
+
+  devices = np.array(jax.devices()[:1]).reshape(1, 1)
+  mesh_ab = jax.sharding.Mesh(devices, ("a", "b"))
+  mesh_xy = jax.sharding.Mesh(devices, ("x", "y"))
+  x = jax.device_put(jnp.full((4, 4), 2.0),
+                     jax.NamedSharding(mesh_ab, jax.P("a", "b")))
+  y = jax.device_put(jnp.full((4, 4), 3.0),
+                     jax.NamedSharding(mesh_xy, jax.P("x", "y")))
+  f = jax.jit(lambda x, y: hcb.buffer_callback(
+      record, jax.ShapeDtypeStruct((4, 4), jnp.float32))(x * y))
+  np.testing.assert_array_equal(f(x, y), np.full((4, 4), 7.0))
+  np.testing.assert_array_equal(seen[0], np.full((4, 4), 6.0))
+
+
+def test_a_buffer_callback_under_jit_over_sharded_operands_sees_them_whole():
+  mesh = jax.make_mesh((2,), ("d",), devices=jax.devices()[:2])
+  x = jax.device_put(jnp.arange(8.0, dtype=jnp.float32),
+                     jax.NamedSharding(mesh, jax.P("d")))
+
+  def double(ctx, out, v):
+    np.asarray(out)[...] = np.asarray(v) * 2
+
+  f = jax.jit(lambda x: hcb.buffer_callback(
+      double, jax.ShapeDtypeStruct(x.shape, x.dtype))(x) + 1)
+  np.testing.assert_array_equal(f(x), np.arange(8.0) * 2 + 1)
