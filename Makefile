@@ -229,7 +229,7 @@ bench-clients: install install-clients ## section 9 of make bench alone: client 
 bench-smoke: install ## a seconds-long run of the benchmarks (numbers mean nothing)
 	$(PY) bench/run.py --smoke --out build/bench-smoke
 
-# ---- GPU (docs/gpu.md) ---------------------------------------------------
+# ---- GPU (docs/gpu.md) ------------------------------------------------------
 # The GPU machines are offline and bring Python 3.12 with JAX 0.11.2, its CUDA 13
 # plugin, CuPy, pytest and scikit-build-core: the package is built into that
 # Python (GPU_PY) without build isolation.  A package missing there is installed
