@@ -176,9 +176,20 @@ def _replicated_in_region(aval: Any, ndevices: int) -> Any:
 _REGION_AXIS = "hcb_devices"
 
 
+def _with_token(ctx: mlir.LoweringRuleContext, args: Sequence[Any]
+                ) -> tuple[mlir.LoweringRuleContext, tuple[Any, ...]]:
+  """The context and operands of an ordered callback's custom call: one
+  more operand and result each, a token (here a fresh one; _order.py
+  chains it through the program)."""
+  token = _jax.abstract_token
+  return (ctx.replace(avals_in=(*ctx.avals_in, token),
+                      avals_out=(*ctx.avals_out, token)),
+          (*args, hlo.create_token()))
+
+
 def _lower_shared(ctx: mlir.LoweringRuleContext, target: str,
-                  args: Sequence[Any], *, what: str, has_side_effect: bool,
-                  device_index: int,
+                  args: Sequence[Any], *, ndevices: int,
+                  has_side_effect: bool, device_index: int,
                   operand_output_aliases: dict[int, int] | None,
                   **attributes: Any) -> Sequence[Any]:
   """The callback of an automatically partitioned program, on one device
@@ -187,7 +198,6 @@ def _lower_shared(ctx: mlir.LoweringRuleContext, target: str,
   and ``participants`` that make it one call of the function shared by
   every device.  Ordered ones take and return the order token through the
   region (_order.py chains the region as one callback)."""
-  ndevices = _sharded_devices(ctx)
   # Dispatched paced: XLA's CPU client gets stuck when more multi-device
   # programs are dispatched without waiting than its threads run
   # (_pacing.py; plain JAX programs with collectives too).
@@ -199,11 +209,9 @@ def _lower_shared(ctx: mlir.LoweringRuleContext, target: str,
       runner=np.uint64(_devices.device_key(devices[device_index])),
       participants=np.int64(ndevices))
   ordered = has_side_effect
-  token = _jax.abstract_token
-  avals_in = (*ctx.avals_in, token) if ordered else tuple(ctx.avals_in)
-  avals_out = (*ctx.avals_out, token) if ordered else tuple(ctx.avals_out)
-  operands = (*args, hlo.create_token()) if ordered else tuple(args)
-  inner_ctx = ctx.replace(avals_in=avals_in, avals_out=avals_out)
+  inner_ctx, operands = (_with_token(ctx, args) if ordered
+                         else (ctx, tuple(args)))
+  avals_in, avals_out = inner_ctx.avals_in, inner_ctx.avals_out
   build = jax.ffi.build_ffi_lowering_function(
       target, has_side_effect=has_side_effect,
       operand_output_aliases=operand_output_aliases)
@@ -381,8 +389,8 @@ def lower(ctx: mlir.LoweringRuleContext, target: str, args: Sequence[Any], *,
           ctx, target, args, what=what, has_side_effect=has_side_effect,
           device_index=device_index, partitioned=partitioned, **attributes)
     return _lower_shared(
-        ctx, target, args, what=what, has_side_effect=has_side_effect,
-        device_index=device_index,
+        ctx, target, args, ndevices=ndevices,
+        has_side_effect=has_side_effect, device_index=device_index,
         operand_output_aliases=operand_output_aliases, **attributes)
   ordered = has_side_effect
   sharding = _op_sharding(ctx)
@@ -393,10 +401,7 @@ def lower(ctx: mlir.LoweringRuleContext, target: str, args: Sequence[Any], *,
                                      logical_device_ids=())
       sharding = _jax.SdyArrayList(
           (*cast(Any, sharding).shardings, token_sharding))
-    token = _jax.abstract_token
-    ctx = ctx.replace(avals_in=(*ctx.avals_in, token),
-                      avals_out=(*ctx.avals_out, token))
-    args = (*args, hlo.create_token())
+    ctx, args = _with_token(ctx, args)
   op = jax.ffi.build_ffi_lowering_function(
       target, has_side_effect=has_side_effect,
       operand_output_aliases=operand_output_aliases)(ctx, *args, **attributes)

@@ -217,10 +217,12 @@ class _DebugTap:
     # Bound eagerly (an eager vmap): the function gets jax.Arrays, typed
     # keys as keys, as JAX's eager debug callbacks do (eager_variant).
     self.as_jax = as_jax
-    # The arguments are the leaves themselves, in order (func(x, y), the
-    # usual call): no tree to rebuild for each call.
-    self._positional = not static and in_tree == jax.tree_util.tree_structure(
-        (tuple(range(in_tree.num_leaves)), {}))
+    # A function (not a print) whose arguments are the leaves themselves,
+    # in order (func(x, y), the usual call): no tree to rebuild per call.
+    self._positional = (
+        not isinstance(func, _Print) and not static
+        and in_tree == jax.tree_util.tree_structure(
+            (tuple(range(in_tree.num_leaves)), {})))
     self._key = (_sites.hash_key(func), in_tree,
                  tuple((i, _sites.hash_key(v)) for i, v in static),
                  with_device, layout, partitioned, key_impls, as_jax)
@@ -255,7 +257,7 @@ class _DebugTap:
     """Calls the function once, on unbatched leaves."""
     if self.as_jax:
       leaves = _as_jax_arrays(leaves, self.key_impls)
-    if self._positional and not isinstance(self.func, _Print):
+    if self._positional:
       self.func(*leaves)
       return
     args, kwargs = _merge(self.in_tree, leaves, self.static)

@@ -201,7 +201,7 @@ tap_work(XLA_FFI_CallFrame *frame, const hcb__handler *h, hcb_error *err,
     hcb_share share;
     uint64_t id = 0;
     int64_t ntapped = 0, i;
-    int rc, mode = TAP_QUEUED;
+    int rc, flags, mode = TAP_QUEUED;
     bool shared;
 
     if ((rt = handler_runtime(h, err)) == NULL)
@@ -216,15 +216,15 @@ tap_work(XLA_FFI_CallFrame *frame, const hcb__handler *h, hcb_error *err,
         (rc = check_tap_frame(frame, ntapped, err)) != HCB_OK ||
         (rc = forward_operands(h->platform, frame, err)) != HCB_OK)
         return rc;
+    flags = mode == TAP_NOW ? HCB_DELIVER_FAIL : HCB_DELIVER_KEEP_ERROR;
     if (shared && device != share.runner) {
         /* another device taps: a queued tap is its alone; a tap delivered
          * now, the others wait for, to fail with it */
         if (mode == TAP_QUEUED)
             return HCB_OK;
         *delivered = true;
-        return hcb_runtime_deliver_shared(
-            rt, &share, id, device, NULL,
-            mode == TAP_NOW ? HCB_DELIVER_FAIL : HCB_DELIVER_KEEP_ERROR, err);
+        return hcb_runtime_deliver_shared(rt, &share, id, device, NULL, flags,
+                                          err);
     }
 
     if (ntapped > STACK_ARRAYS &&
@@ -262,8 +262,6 @@ tap_work(XLA_FFI_CallFrame *frame, const hcb__handler *h, hcb_error *err,
     } else if ((rc = h->platform->fetch(rt, frame, id, device, views,
                                         (size_t)ntapped, &rec, err)) ==
                HCB_OK) {
-        int flags = mode == TAP_NOW ? HCB_DELIVER_FAIL : HCB_DELIVER_KEEP_ERROR;
-
         *delivered = true;
         rc = shared ? hcb_runtime_deliver_shared(rt, &share, id, device, rec,
                                                  flags, err)
