@@ -224,7 +224,7 @@ def check_bench(r: Runner, timeout: float) -> Result:
     shutil.copy(results, REPO / "bench" / "results" / "RESULTS-gpu.md")
   targets = [line for line in results.read_text().splitlines()
              if line.startswith("- **")]
-  met = sum(line.startswith("- **MET**") for line in targets)
+  met = sum(line.startswith("- **met**") for line in targets)
   return Result("PASS", f"RESULTS-gpu.md: {met} of {len(targets)} targets "
                 "met" + (" (smoke: numbers mean nothing)" if DRY_RUN else ""))
 

@@ -62,11 +62,12 @@ HCB_API XLA_FFI_Error *hcb_ffi_buffer_call(XLA_FFI_CallFrame *frame);
  * never loads it.
  *
  * "hcb_tap" enqueues, on XLA's stream, the copy of the tapped operands into
- * pinned host memory and a host function that submits the record once the
- * copy has landed, and returns without waiting for the stream; one with
+ * pinned host memory and an event after it, for which a thread of libhcb's
+ * waits before it submits the record, and returns without waiting for the
+ * stream (which never waits for the host); one with
  * attribute deliver copies the operands to host memory, waits for that
  * copy on XLA's thread (a call's one synchronisation) and delivers the
- * record there (no host function waits).  "hcb_call"
+ * record there.  "hcb_call"
  * copies the operands to pinned host memory, waits for that copy (the one
  * synchronisation of a call), runs the target on the host copies, and
  * enqueues the copy of the results back to the device.  "hcb_buffer_call"

@@ -527,7 +527,7 @@ HCB_API int hcb_runtime_deliver(hcb_runtime *rt, hcb_record *rec, int flags,
  *     on cpu:0 interrupted while waiting for room in its queue ..."): the
  *     record is released, never queued;
  *   - a GPU tap reserving its room in the queue on XLA's thread (the same
- *     wait and message; CUDA's host functions never wait);
+ *     wait and message; what submits the record never waits);
  *   - hcb_runtime_call waiting for the taps its device issued before it
  *     ("call 'f' on cpu:0 interrupted while waiting for the N taps its
  *     device issued before it"): the call function does not run;

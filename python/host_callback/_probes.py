@@ -190,9 +190,10 @@ def wait_for_devices() -> None:
   On a CUDA device a computation runs on the device's compute stream
   after everything launched there before it, its part of a multi-device
   computation included; and a tap's record enters the runtime's queue
-  from a host function enqueued on that stream.  So when a CUDA device's
-  probe completes, every earlier host function on its stream has run and
-  every record is queued; its probes are made as the CPU's are (one per
+  once the device's lander has seen the event after its copies on that
+  stream.  So when a CUDA device's probe completes, every earlier tap's
+  copies are done, and the runtime's barrier, which waits for the lander
+  to hand those over first, finds every record queued; its probes are made as the CPU's are (one per
   device, one over all), which also covers a multi-device computation
   that PJRT has not yet launched on every device.
 

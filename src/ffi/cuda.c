@@ -36,7 +36,6 @@ bind(void *lib, const char *where, hcb_error *err)
     } fns[] = {
         {"cudaMemcpyAsync", offsetof(hcb__cuda, memcpy_async)},
         {"cudaMemsetAsync", offsetof(hcb__cuda, memset_async)},
-        {"cudaLaunchHostFunc", offsetof(hcb__cuda, launch_host_func)},
         {"cudaStreamSynchronize", offsetof(hcb__cuda, stream_synchronize)},
         {"cudaHostAlloc", offsetof(hcb__cuda, host_alloc)},
         {"cudaFreeHost", offsetof(hcb__cuda, free_host)},
@@ -45,6 +44,8 @@ bind(void *lib, const char *where, hcb_error *err)
         {"cudaEventRecord", offsetof(hcb__cuda, event_record)},
         {"cudaStreamWaitEvent", offsetof(hcb__cuda, stream_wait_event)},
         {"cudaEventDestroy", offsetof(hcb__cuda, event_destroy)},
+        {"cudaEventSynchronize", offsetof(hcb__cuda, event_synchronize)},
+        {"cudaEventQuery", offsetof(hcb__cuda, event_query)},
         {"cudaGetDevice", offsetof(hcb__cuda, get_device)},
         {"cudaSetDevice", offsetof(hcb__cuda, set_device)},
     };
@@ -143,10 +144,9 @@ hcb__cuda_fail(const hcb__cuda *api, int status, const char *what,
                          msg != NULL ? msg : "unknown error", status);
 }
 
-/* Makes the calling thread's current device `ordinal` (when it is not),
- * saying in *previous which it was (-1: unchanged). */
-static int
-switch_device(const hcb__cuda *api, int ordinal, int *previous, hcb_error *err)
+int
+hcb__cuda_switch_device(const hcb__cuda *api, int ordinal, int *previous,
+                        hcb_error *err)
 {
     char what[64];
     int current = -1, status;
@@ -181,7 +181,7 @@ hcb_cuda_stream_wait(int32_t ordinal, void *waiter, void *stream,
      * on, and the default streams (1, 2) are the current device's: the
      * thread's device may be another (a callback switched it), so it is
      * switched for these calls and given back after. */
-    if ((rc = switch_device(api, ordinal, &previous, err)) != HCB_OK)
+    if ((rc = hcb__cuda_switch_device(api, ordinal, &previous, err)) != HCB_OK)
         return rc;
     if ((status = api->event_create(&event, HCB__CUDA_EVENT_DISABLE_TIMING)) !=
         0) {

@@ -20,28 +20,32 @@
 enum { HCB__CUDA_H2D = 1, HCB__CUDA_D2H = 2, HCB__CUDA_D2D = 3 };
 /* cudaHostAllocPortable: pinned for every device's context */
 #define HCB__CUDA_HOST_ALLOC_PORTABLE 1u
+/* cudaEventBlockingSync: a thread waiting for the event sleeps */
+#define HCB__CUDA_EVENT_BLOCKING_SYNC 1u
 /* cudaEventDisableTiming: an event only for ordering, the cheap kind */
 #define HCB__CUDA_EVENT_DISABLE_TIMING 2u
 
-/* cudaHostFn_t: runs on a CUDA thread once the stream reaches it; it must
- * not call CUDA. */
+/* What runs once a stream has reached a point (hcb__cuda_after). */
 typedef void (*hcb__cuda_host_fn)(void *data);
 
 typedef struct hcb__cuda {
     int (*memcpy_async)(void *dst, const void *src, size_t n, int kind,
                         void *stream);
     int (*memset_async)(void *dst, int value, size_t n, void *stream);
-    int (*launch_host_func)(void *stream, hcb__cuda_host_fn fn, void *data);
     int (*stream_synchronize)(void *stream);
     int (*host_alloc)(void **ptr, size_t n, unsigned flags);
     int (*free_host)(void *ptr);
     const char *(*error_string)(int status);
     /* cudaEventCreateWithFlags, cudaEventRecord, cudaStreamWaitEvent,
-     * cudaEventDestroy: one stream waits for another (hcb_cuda_stream_wait) */
+     * cudaEventDestroy: one stream waits for another (hcb_cuda_stream_wait);
+     * and cudaEventSynchronize, cudaEventQuery: the host learns that a
+     * stream got there (landing.c) */
     int (*event_create)(void **event, unsigned flags);
     int (*event_record)(void *event, void *stream);
     int (*stream_wait_event)(void *stream, void *event, unsigned flags);
     int (*event_destroy)(void *event);
+    int (*event_synchronize)(void *event);
+    int (*event_query)(void *event); /* 0: done; 600: not yet */
     /* cudaGetDevice, cudaSetDevice: the calling thread's current device,
      * the one an event is made on and the default streams (1 and 2) are
      * of; hcb_cuda_stream_wait switches to the streams' device and back */
@@ -62,6 +66,28 @@ void hcb__cuda_install(const hcb__cuda *api);
  * returns HCB_ESYSTEM. */
 int hcb__cuda_fail(const hcb__cuda *api, int status, const char *what,
                    hcb_error *err);
+
+/* Makes the calling thread's current device `ordinal` (when it is not),
+ * saying in *previous which it was (-1: unchanged). */
+int hcb__cuda_switch_device(const hcb__cuda *api, int ordinal, int *previous,
+                            hcb_error *err);
+
+/* ---- landing.c: host work after a stream's work, the stream not waiting
+ *
+ * Runs `fn(data)` on device `ordinal`'s lander thread once `stream` has
+ * done everything enqueued on it before this call, without making the
+ * stream wait; the functions asked for one device run one at a time, in
+ * the order asked.  `fn` must not wait for a stream.  Called on the
+ * thread that enqueues on `stream`.  On failure (`what` names the step in
+ * the message) `fn` will not run. */
+int hcb__cuda_after(const hcb__cuda *api, void *stream, int ordinal,
+                    hcb__cuda_host_fn fn, void *data, const char *what,
+                    hcb_error *err);
+
+/* Tests, between stand-ins: runs what was asked, then ends the lander
+ * threads (the next hcb__cuda_after starts its device's again).  Call it
+ * while no CUDA handler runs. */
+void hcb__cuda_landing_stop(void);
 
 /* ---- pinned.c: the pools of pinned host memory -------------------------
  *

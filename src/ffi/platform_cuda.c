@@ -4,21 +4,22 @@
  * stream.  And the handlers libhcb exports for platform "CUDA", over the
  * bodies in handlers.h.
  *
- * A tap never waits for the stream, and nothing it enqueues ever waits.
- * On XLA's thread it reserves room for its record in the device's queue
- * (hcb__runtime_reserve: a full queue makes this thread wait, which is the
- * device's back-pressure, as on CPU), takes pinned host memory from the
- * device's pool (pinned.c: a full pool makes it wait too), lays the record
- * out there, and enqueues on XLA's stream the copies of the tapped
- * operands into it, then a host function (`landed`) that hands the record
- * to the queue (hcb__runtime_submit_reserved: never waits, takes no lock
- * held for long, no GIL).  CUDA runs it on its own thread once the copies
- * are done, in stream order, so records enter the queue in the order the
- * program issued them.
+ * A tap never waits for the stream, and the stream never waits for the
+ * host.  On XLA's thread it reserves room for its record in the device's
+ * queue (hcb__runtime_reserve: a full queue makes this thread wait, which
+ * is the device's back-pressure, as on CPU), takes pinned host memory from
+ * the device's pool (pinned.c: a full pool makes it wait too), lays the
+ * record out there, and enqueues on XLA's stream the copies of the tapped
+ * operands into it, then asks the device's lander (landing.c) to hand the
+ * record to the queue (`landed`: hcb__runtime_submit_reserved, which never
+ * waits, takes no lock held for long, no GIL) once the copies are done.
+ * The lander waits for them in the order they were enqueued, so records
+ * enter the queue in the order the program issued them.
  *
  *   XLA's thread:   reserve | take pinned | memcpyAsync D2H ... |
- *                   launchHostFunc -> return
- *   the stream:     ... kernels | copies | landed: submit_reserved | ...
+ *                   hcb__cuda_after(landed) -> return
+ *   the stream:     ... kernels | copies | (event) | kernels ...
+ *   the lander:                  landed: submit_reserved
  *   consumer:                                 deliver -> tap function
  *
  * A tap delivered now (the drop-ins, attribute deliver) waits for its
@@ -29,8 +30,8 @@
  * results on the device before the program goes on: the operands are
  * copied into pinned memory, XLA's thread waits for that copy (the one
  * synchronisation a call costs), runs the target, and enqueues the copies
- * of the results back, the pinned memory given back by a host function
- * after them.  A buffer call ("hcb_buffer_call") runs its target on the
+ * of the results back, the pinned memory given back by the lander after
+ * them.  A buffer call ("hcb_buffer_call") runs its target on the
  * device buffers themselves, with the stream in hcb_call_stream().
  *
  * A record over half the pool goes to ordinary memory, its bytes staged
@@ -160,8 +161,8 @@ pinned_record_delivered(hcb_record *rec)
 static const hcb__record_owner pinned_owner = {pinned_record_free,
                                                pinned_record_delivered};
 
-/* The host function after a tap's copies: they have landed.  It only
- * hands the record over, into the room reserved for it. */
+/* On the lander, after a tap's copies: they have landed.  It only hands
+ * the record over, into the room reserved for it. */
 static void
 landed(void *data)
 {
@@ -181,7 +182,7 @@ may_wait(void)
 
 /* A record the pool cannot hold whole: it goes to ordinary memory, and its
  * bytes pass through the pool in chunks of a quarter of it, each copied on
- * from its pinned block by a host function (`unstage`), the last of which
+ * from its pinned block by the lander (`unstage`), the last of which
  * submits the record (into the room reserved for it).  When the pool
  * cannot take a chunk either (what holds it is all kept by users, or this
  * thread may not wait), the rest is copied straight into the record while
@@ -260,14 +261,20 @@ send_staged(hcb_runtime *rt, const hcb__cuda *api, void *stream, uint64_t id,
             } else {
                 *c = (chunk){rt, last ? rec : NULL, dst, len};
                 if ((status = api->memcpy_async(c->data, from, len,
-                                                HCB__CUDA_D2H, stream)) == 0 &&
-                    (status = api->launch_host_func(stream, unstage, c)) == 0 &&
-                    last)
+                                                HCB__CUDA_D2H, stream)) != 0) {
+                    rc = hcb__cuda_fail(api, status,
+                                        "copying an operand to the host", err);
+                } else if ((rc = hcb__cuda_after(api, stream, ordinal, unstage,
+                                                 c, "enqueueing a tap", err)) ==
+                               HCB_OK &&
+                           last) {
                     return HCB_OK; /* the last unstage submits `rec` */
-                if (status != 0) {
+                }
+                if (rc != HCB_OK) {
                     settle(api, stream);
                     hcb__pinned_give(c);
                 }
+                continue;
             }
             if (status != 0)
                 rc = hcb__cuda_fail(api, status,
@@ -297,7 +304,7 @@ cuda_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
     hcb_record *rec;
     pending *p;
     void *stream = NULL;
-    int rc, status;
+    int rc;
 
     if ((rc = stream_of(frame, &api, &stream, err)) != HCB_OK ||
         (rc = hcb__record_measure(src, n, &size, err)) != HCB_OK ||
@@ -316,9 +323,9 @@ cuda_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
     rec =
         hcb__record_place(p->record, &pinned_owner, &size, id, device, src, n);
     if ((rc = copy_arrays(api, stream, rec->args, src, n, HCB__CUDA_D2H,
-                          err)) == HCB_OK &&
-        (status = api->launch_host_func(stream, landed, p)) != 0)
-        rc = hcb__cuda_fail(api, status, "enqueueing a tap", err);
+                          err)) == HCB_OK)
+        rc = hcb__cuda_after(api, stream, HCB_DEVICE_ORDINAL(device), landed, p,
+                             "enqueueing a tap", err);
     if (rc != HCB_OK) {
         settle(api, stream);
         hcb_record_release(rec);
@@ -332,8 +339,8 @@ cuda_send(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
  * the pool has room at once (else in ordinary memory): the operands are
  * copied into it on XLA's stream, and XLA's thread waits for that copy,
  * the one synchronisation it costs (a call's), then delivers the record
- * itself (handlers.h).  No host function is enqueued: the stream never
- * waits for a tap function. */
+ * itself (handlers.h).  Nothing is asked of the lander, and the stream
+ * never waits for a tap function. */
 static int
 cuda_fetch(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
            hcb_device device, const hcb_array *src, size_t n, hcb_record **out,
@@ -459,9 +466,9 @@ cuda_call(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
     if (rc == HCB_OK)
         rc = copy_arrays(api, stream, results, host + nargs, nresults,
                          HCB__CUDA_H2D, err);
-    if (rc == HCB_OK && pinned &&
-        (status = api->launch_host_func(stream, give_back, mem)) != 0)
-        rc = hcb__cuda_fail(api, status, "hcb_call: enqueueing a release", err);
+    if (rc == HCB_OK && pinned)
+        rc = hcb__cuda_after(api, stream, HCB_DEVICE_ORDINAL(device), give_back,
+                             mem, "hcb_call: enqueueing a release", err);
     if (rc == HCB_OK && !pinned && nresults > 0) {
         hcb__pinned_note_sync(HCB_DEVICE_ORDINAL(device));
         if ((status = api->stream_synchronize(stream)) != 0)

@@ -81,6 +81,7 @@ deliver_earlier_taps(hcb_runtime *rt, channel *ch, const char *what,
     hcb__wait wait;
     int rc;
 
+    hcb__channel_settle(ch);
     if (hcb__queue_idle(&ch->queue))
         return HCB_OK;
     if (hcb__queue_stranded(&ch->queue) &&

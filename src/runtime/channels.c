@@ -5,7 +5,7 @@
  *
  * The path of a record: the platform's send (platform_cpu.c, on an XLA
  * thread) calls hcb_runtime_submit (CUDA's: hcb__runtime_reserve on XLA's
- * thread, hcb__runtime_submit_reserved from a host function once the
+ * thread, hcb__runtime_submit_reserved from the device's lander once the
  * record's bytes have landed) -> channel_get finds the device's
  * channel -> ensure_consumer starts its thread on first use ->
  * hcb__queue_push (may wait: back-pressure) -> the consumer thread
@@ -298,6 +298,24 @@ hcb__runtime_reserve(hcb_runtime *rt, hcb_device device, size_t bytes,
     return HCB_OK;
 }
 
+static _Atomic(hcb__settle_fn) settle_hook;
+
+void
+hcb__runtime_set_settle(hcb__settle_fn fn)
+{
+    atomic_store_explicit(&settle_hook, fn, memory_order_release);
+}
+
+void
+hcb__channel_settle(channel *ch)
+{
+    hcb__settle_fn fn =
+        atomic_load_explicit(&settle_hook, memory_order_acquire);
+
+    if (fn != NULL)
+        fn(ch->device);
+}
+
 void
 hcb__runtime_submit_reserved(hcb_runtime *rt, hcb_record *rec)
 {
@@ -324,6 +342,7 @@ barrier_channel(channel *ch, const hcb__check *check, hcb_error *err)
         return hcb_error_set(err, HCB_EDEADLK,
                              "barrier called from the consumer thread of "
                              "the device it waits for");
+    hcb__channel_settle(ch);
     if (hcb__queue_stranded(&ch->queue) &&
         (rc = hcb__ensure_consumer(ch, true, err)) != HCB_OK)
         return rc;

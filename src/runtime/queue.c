@@ -73,8 +73,8 @@
  * caller.
  *
  * Reservations.  A producer that cannot wait where its record is made (a
- * CUDA host function) reserves the record's bytes first, on a thread that
- * may wait (hcb__queue_reserve: the same `reserve` as a push, then
+ * CUDA device's lander, ffi/landing.c) reserves the record's bytes first, on a
+ * thread that may wait (hcb__queue_reserve: the same `reserve` as a push, then
  * `reserved` counted), and pushes it later without waiting
  * (hcb__queue_push_reserved: `pushed` counted, linked, then `reserved`
  * uncounted).  A closing consumer exits only once `reserved` is 0 and
@@ -91,9 +91,9 @@
  * for the stop, the stop would wait for the consumer, the consumer for
  * the record, and the record for the reserver.  A closing consumer waits
  * for reserved records only while they keep coming: after
- * `reserved_wait_ns` without one (the stream that runs the host functions
- * stopped, e.g. a CUDA error that broke the context) it exits anyway, so
- * that a stop never hangs, and notes how many it gave up (`abandoned`),
+ * `reserved_wait_ns` without one (the stream whose copies the lander
+ * waits for stopped, e.g. a CUDA error that broke the context) it exits anyway,
+ * so that a stop never hangs, and notes how many it gave up (`abandoned`),
  * which the stop reports (channels.c).  They stay counted in `reserved`:
  * one that lands later is pushed into the queue, where the next consumer
  * (started by a barrier, a submit or a reservation) delivers it.

@@ -132,7 +132,7 @@ hcb__push_result hcb__queue_push(hcb__queue *q, hcb_record *rec,
                                  bool self_consumer, hcb__wait *wait);
 
 /* The same in two steps, for a producer whose record is made later on a
- * thread that must not wait (a CUDA host function, once the record's
+ * thread that must not wait (a CUDA device's lander, once the record's
  * copies have landed).  hcb__queue_reserve takes room for `size` bytes,
  * waiting for it as hcb__queue_push does (the back-pressure falls on the
  * caller; `self_consumer`, the check and `wait` as there), counts a
@@ -146,8 +146,8 @@ hcb__push_result hcb__queue_push(hcb__queue *q, hcb_record *rec,
  * waits; hcb__queue_unreserve gives the room back instead.  While a
  * reservation is outstanding an active consumer does not exit, even when
  * the queue is closed: the record it waits for finds it there.  Unless no
- * record arrives for `reserved_wait_ns` (a stream that never runs the
- * host functions, as after a CUDA error): then the consumer exits anyway,
+ * record arrives for `reserved_wait_ns` (a stream that never gets to the
+ * copies, as after a CUDA error): then the consumer exits anyway,
  * noting what it gave up (hcb__queue_take_abandoned); a record that
  * arrives later waits in the queue for the next consumer (a barrier or
  * submit starts one). */

@@ -81,13 +81,13 @@
  * (the child's thread would be a consumer).
  *
  * Reservations.  A producer that must not wait where its record is made
- * (the CUDA platform: its records are submitted by CUDA host functions)
- * reserves the record's room in its device's queue first, on XLA's
- * thread, which waits there when the queue is full (hcb__runtime_reserve:
- * the same back-pressure as a submit), and submits the record later
- * without waiting (hcb__runtime_submit_reserved).  A stop waits for the
- * reserved records too (queue.c, "Reservations"), while they keep coming:
- * after HCB__RESERVED_WAIT_NS without one it goes on, and the warning
+ * (the CUDA platform: its records are submitted by a thread that waits
+ * for the stream's copies, ffi/landing.c) reserves the record's room in its
+ * device's queue first, on XLA's thread, which waits there when the queue is
+ * full (hcb__runtime_reserve: the same back-pressure as a submit), and submits
+ * the record later without waiting (hcb__runtime_submit_reserved).  A stop
+ * waits for the reserved records too (queue.c, "Reservations"), while they keep
+ * coming: after HCB__RESERVED_WAIT_NS without one it goes on, and the warning
  * thread says how many it left (a stream that stopped: a CUDA error).
  *
  * Stalls.  A producer that has waited STALL_WARN_NS for room in its queue
@@ -339,10 +339,22 @@ int hcb__runtime_reserve(hcb_runtime *rt, hcb_device device, size_t bytes,
                          hcb_error *err);
 /* Submits `rec` (ownership passes to the runtime) into the room reserved
  * for it (rec->size bytes, on rec->device): never waits, never fails; any
- * thread, a CUDA host function included. */
+ * thread. */
 void hcb__runtime_submit_reserved(hcb_runtime *rt, hcb_record *rec);
 /* Gives back room reserved and not used. */
 void hcb__runtime_unreserve(hcb_runtime *rt, hcb_device device, size_t bytes);
+
+/* Settling.  A reserved record is submitted a little after its device has
+ * made it (CUDA: once the lander saw its copies done).  What waits for a
+ * device's records so far (a barrier, a call or a tap delivered now, for
+ * the taps before it) first settles the device: the hook, set by the
+ * layer that submits such records (ffi/landing.c), returns once every
+ * record of `device` whose copies are done has been submitted.  Records
+ * whose copies are not done are not waited for, as before a submit.  Set
+ * once; NULL: nothing to settle. */
+typedef void (*hcb__settle_fn)(hcb_device device);
+void hcb__runtime_set_settle(hcb__settle_fn fn);
+void hcb__channel_settle(channel *ch);
 
 /* runtime.c */
 /* Logs a warning through the runtime's sink (hcb_runtime_set_log), or to

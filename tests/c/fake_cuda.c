@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { OP_COPY, OP_SET, OP_HOST, OP_WAIT };
+enum { OP_COPY, OP_SET, OP_WAIT };
 
 typedef struct op {
     struct op *next;
@@ -17,8 +17,6 @@ typedef struct op {
     const void *src;
     size_t n;
     int value;
-    hcb__cuda_host_fn fn;
-    void *data;
     fake_stream *after; /* OP_WAIT: waits until `after` has run `upto` ops */
     unsigned long upto;
 } op;
@@ -44,10 +42,11 @@ typedef struct fake_event {
 static _Thread_local int current_device;
 
 fake_counts fake_cuda_counts;
-atomic_long fake_cuda_fail_copy_after = -1, fake_cuda_fail_launch_after = -1;
+atomic_long fake_cuda_fail_copy_after = -1, fake_cuda_fail_record_after = -1;
 atomic_bool fake_cuda_refuse_host_alloc;
 
 #define LAUNCH_FAILURE  719 /* cudaErrorLaunchFailure */
+#define NOT_READY       600 /* cudaErrorNotReady */
 #define INVALID_DEVICE  101 /* cudaErrorInvalidDevice */
 #define INVALID_HANDLE  400 /* cudaErrorInvalidResourceHandle */
 #define ALLOCATION_FAIL 2   /* cudaErrorMemoryAllocation */
@@ -84,8 +83,6 @@ stream_main(void *arg)
                 pthread_cond_wait(&o->after->cv, &o->after->mu);
             pthread_mutex_unlock(&o->after->mu);
             break;
-        default:
-            o->fn(o->data);
         }
         free(o);
         pthread_mutex_lock(&s->mu);
@@ -202,7 +199,7 @@ fails(atomic_long *countdown)
 static int
 fake_memcpy_async(void *dst, const void *src, size_t n, int kind, void *stream)
 {
-    op o = {NULL, OP_COPY, dst, src, n, 0, NULL, NULL, NULL, 0};
+    op o = {NULL, OP_COPY, dst, src, n, 0, NULL, 0};
 
     (void)kind;
     if (fails(&fake_cuda_fail_copy_after))
@@ -214,20 +211,9 @@ fake_memcpy_async(void *dst, const void *src, size_t n, int kind, void *stream)
 static int
 fake_memset_async(void *dst, int value, size_t n, void *stream)
 {
-    op o = {NULL, OP_SET, dst, NULL, n, value, NULL, NULL, NULL, 0};
+    op o = {NULL, OP_SET, dst, NULL, n, value, NULL, 0};
 
     atomic_fetch_add(&fake_cuda_counts.memsets, 1);
-    return enqueue(stream, o);
-}
-
-static int
-fake_launch_host_func(void *stream, hcb__cuda_host_fn fn, void *data)
-{
-    op o = {NULL, OP_HOST, NULL, NULL, 0, 0, fn, data, NULL, 0};
-
-    if (fails(&fake_cuda_fail_launch_after))
-        return LAUNCH_FAILURE;
-    atomic_fetch_add(&fake_cuda_counts.host_funcs, 1);
     return enqueue(stream, o);
 }
 
@@ -293,6 +279,9 @@ fake_event_record(void *event, void *stream)
     fake_event *e = event;
     fake_stream *s = stream;
 
+    if (fails(&fake_cuda_fail_record_after))
+        return LAUNCH_FAILURE;
+    atomic_fetch_add(&fake_cuda_counts.event_records, 1);
     if (e->device != s->device)
         return INVALID_HANDLE; /* CUDA: not the stream's device */
     pthread_mutex_lock(&s->mu);
@@ -306,11 +295,41 @@ static int
 fake_stream_wait_event(void *stream, void *event, unsigned flags)
 {
     fake_event *e = event;
-    op o = {NULL, OP_WAIT, NULL, NULL, 0, 0, NULL, NULL, e->stream, e->upto};
+    op o = {NULL, OP_WAIT, NULL, NULL, 0, 0, e->stream, e->upto};
 
     (void)flags;
     atomic_fetch_add(&fake_cuda_counts.event_waits, 1);
     return enqueue(stream, o);
+}
+
+static int
+fake_event_synchronize(void *event)
+{
+    fake_event *e = event;
+    fake_stream *s = e->stream;
+
+    if (s == NULL)
+        return 0; /* never recorded: CUDA says it is done */
+    pthread_mutex_lock(&s->mu);
+    while (s->completed < e->upto)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+static int
+fake_event_query(void *event)
+{
+    fake_event *e = event;
+    fake_stream *s = e->stream;
+    bool done;
+
+    if (s == NULL)
+        return 0;
+    pthread_mutex_lock(&s->mu);
+    done = s->completed >= e->upto;
+    pthread_mutex_unlock(&s->mu);
+    return done ? 0 : NOT_READY;
 }
 
 static int
@@ -340,7 +359,6 @@ fake_set_device(int device)
 const hcb__cuda fake_cuda = {
     .memcpy_async = fake_memcpy_async,
     .memset_async = fake_memset_async,
-    .launch_host_func = fake_launch_host_func,
     .stream_synchronize = fake_stream_synchronize,
     .host_alloc = fake_host_alloc,
     .free_host = fake_free_host,
@@ -349,6 +367,8 @@ const hcb__cuda fake_cuda = {
     .event_record = fake_event_record,
     .stream_wait_event = fake_stream_wait_event,
     .event_destroy = fake_event_destroy,
+    .event_synchronize = fake_event_synchronize,
+    .event_query = fake_event_query,
     .get_device = fake_get_device,
     .set_device = fake_set_device,
 };
@@ -357,7 +377,7 @@ void
 fake_cuda_reset_counts(void)
 {
     atomic_store(&fake_cuda_counts.copies, 0);
-    atomic_store(&fake_cuda_counts.host_funcs, 0);
+    atomic_store(&fake_cuda_counts.event_records, 0);
     atomic_store(&fake_cuda_counts.memsets, 0);
     atomic_store(&fake_cuda_counts.syncs, 0);
     atomic_store(&fake_cuda_counts.host_allocs, 0);
@@ -367,5 +387,5 @@ fake_cuda_reset_counts(void)
     atomic_store(&fake_cuda_counts.set_devices, 0);
     atomic_store(&fake_cuda_refuse_host_alloc, false);
     atomic_store(&fake_cuda_fail_copy_after, -1);
-    atomic_store(&fake_cuda_fail_launch_after, -1);
+    atomic_store(&fake_cuda_fail_record_after, -1);
 }

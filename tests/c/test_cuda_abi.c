@@ -21,6 +21,8 @@ _Static_assert(cudaHostAllocPortable == HCB__CUDA_HOST_ALLOC_PORTABLE,
                "portable");
 _Static_assert(cudaEventDisableTiming == HCB__CUDA_EVENT_DISABLE_TIMING,
                "an event without timing");
+_Static_assert(cudaEventBlockingSync == HCB__CUDA_EVENT_BLOCKING_SYNC,
+               "an event its waiter sleeps on");
 _Static_assert(sizeof(cudaEvent_t) == sizeof(void *), "a pointer");
 
 /* The functions cuda.c binds have these prototypes in the toolkit (the
@@ -30,8 +32,6 @@ static cudaError_t (*const memcpy_async)(void *, const void *, size_t,
                                          cudaStream_t) = cudaMemcpyAsync;
 static cudaError_t (*const memset_async)(void *, int, size_t,
                                          cudaStream_t) = cudaMemsetAsync;
-static cudaError_t (*const launch_host_func)(cudaStream_t, cudaHostFn_t,
-                                             void *) = cudaLaunchHostFunc;
 static cudaError_t (*const stream_synchronize)(cudaStream_t) =
     cudaStreamSynchronize;
 static cudaError_t (*const host_alloc)(void **, size_t,
@@ -45,6 +45,9 @@ static cudaError_t (*const event_record)(cudaEvent_t,
 static cudaError_t (*const stream_wait_event)(cudaStream_t, cudaEvent_t,
                                               unsigned) = cudaStreamWaitEvent;
 static cudaError_t (*const event_destroy)(cudaEvent_t) = cudaEventDestroy;
+static cudaError_t (*const event_synchronize)(cudaEvent_t) =
+    cudaEventSynchronize;
+static cudaError_t (*const event_query)(cudaEvent_t) = cudaEventQuery;
 static cudaError_t (*const get_device)(int *) = cudaGetDevice;
 static cudaError_t (*const set_device)(int) = cudaSetDevice;
 
@@ -54,7 +57,6 @@ test_toolkit_prototypes_match(void **state)
     (void)state;
     assert_non_null(memcpy_async);
     assert_non_null(memset_async);
-    assert_non_null(launch_host_func);
     assert_non_null(stream_synchronize);
     assert_non_null(host_alloc);
     assert_non_null(free_host);
@@ -63,6 +65,9 @@ test_toolkit_prototypes_match(void **state)
     assert_non_null(event_record);
     assert_non_null(stream_wait_event);
     assert_non_null(event_destroy);
+    assert_non_null(event_synchronize);
+    assert_non_null(event_query);
+    assert_int_equal(cudaErrorNotReady, 600);
     assert_non_null(get_device);
     assert_non_null(set_device);
     /* the DLPack stream numbers 1 and 2 are these handles, which

@@ -125,6 +125,10 @@ teardown(void **state)
     hcb__pinned_stats ps;
 
     (void)state;
+    /* the landers have run all that was asked (the stream runs on) before
+     * the stream and the runtime go */
+    fake_stream_hold(stream, false);
+    hcb__cuda_landing_stop();
     fake_stream_free(stream);
     hcb_runtime_destroy(rt);
     tu_sink_free(sink);
@@ -190,8 +194,10 @@ test_cuda_handlers_answer_the_metadata_probe(void **state)
     assert_int_equal(tf_probe(hcb_ffi_sharded_check_cuda), 3);
 }
 
-/* The handler returns with the copy still queued on a busy stream; the
- * record arrives, with the device's values, once the stream gets there. */
+/* The handler returns with the copy still queued on a busy stream, and
+ * enqueues nothing the stream would wait for (an event, which the lander
+ * waits for); the record arrives, with the device's values, once the
+ * stream gets there, and a barrier after the stream finds it queued. */
 static void
 test_tap_returns_without_waiting_for_the_stream(void **state)
 {
@@ -203,8 +209,11 @@ test_tap_returns_without_waiting_for_the_stream(void **state)
     assert_int_equal(tap(x, 4, sink_id, msg), 0);
     assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 0);
     assert_int_equal(atomic_load(&fake_cuda_counts.copies), 1);
-    assert_int_equal(atomic_load(&fake_cuda_counts.host_funcs), 1);
+    assert_int_equal(atomic_load(&fake_cuda_counts.event_records), 1);
     tu_sleep_us(20000);
+    assert_int_equal(tu_sink_count(sink), 0);
+    /* a barrier waits for the taps whose copies are done, not this one */
+    assert_int_equal(hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL), HCB_OK);
     assert_int_equal(tu_sink_count(sink), 0);
     fake_stream_hold(stream, false);
     fake_stream_drain(stream);
@@ -276,7 +285,7 @@ test_a_tap_delivered_now_waits_for_the_stream_on_xlas_thread(void **state)
     assert_int_equal(sink->first_value[0], 51);
     assert_int_equal(sink->first_value[1], 52);
     assert_int_equal(atomic_load(&fake_cuda_counts.syncs), 1);
-    assert_int_equal(atomic_load(&fake_cuda_counts.host_funcs), 1);
+    assert_int_equal(atomic_load(&fake_cuda_counts.event_records), 1);
     sink->delay_us = 0;
 }
 
@@ -299,7 +308,7 @@ test_a_tap_delivered_now_fails_its_computation(void **state)
     sink->fail_on = -1;
     assert_int_equal(tap_now(x, 1, sink_id, 1, msg), 0);
     assert_int_equal(tu_sink_count(sink), 3);
-    assert_int_equal(atomic_load(&fake_cuda_counts.host_funcs), 0);
+    assert_int_equal(atomic_load(&fake_cuda_counts.event_records), 0);
 }
 
 /* Records reach the tap function in the order the device issued them, the
@@ -611,6 +620,7 @@ test_a_held_device_never_holds_another(void **state)
     assert_int_equal(tu_sink_count(sink), 40);
     assert_true(hcb__pinned_get_stats(4, &ps));
     assert_int_equal(ps.used, 0);
+    hcb__cuda_landing_stop(); /* nothing waits on `other` any more */
     fake_stream_free(other);
 }
 
@@ -780,7 +790,7 @@ test_cuda_errors_fail_the_tap_and_free_its_memory(void **state)
     assert_non_null(strstr(msg, "hcb_tap: copying an operand to the host: "
                                 "unspecified launch failure (CUDA error "
                                 "719)"));
-    atomic_store(&fake_cuda_fail_launch_after, 0);
+    atomic_store(&fake_cuda_fail_record_after, 0);
     assert_int_equal(tap(x, 2, sink_id, msg), XLA_FFI_Error_Code_UNAVAILABLE);
     assert_non_null(strstr(msg, "enqueueing a tap"));
     assert_int_equal(tap(x, 2, sink_id, msg), 0); /* and it goes on */
@@ -1076,6 +1086,7 @@ test_a_shared_call_is_run_by_its_runner_alone(void **state)
     assert_string_equal(d[0].msg, "hcb_buffer_call: a call in place on GPU "
                                   "buffers cannot be shared by the devices "
                                   "of a computation");
+    hcb__cuda_landing_stop(); /* nothing waits on `other` any more */
     fake_stream_free(other);
 }
 

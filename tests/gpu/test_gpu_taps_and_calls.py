@@ -212,11 +212,13 @@ def test_stats_report_the_gpu_s_pinned_pool(gpu):
   hcb.barrier_wait()
   after = pool()
   assert set(after) == {"capacity", "used_bytes", "in_flight_bytes",
-                        "kept_bytes", "waits", "refusals", "syncs"}
+                        "kept_bytes", "waits", "refusals", "syncs",
+                        "pin_failures"}
   assert after["capacity"] > 0 and after["in_flight_bytes"] == 0
   # the array saved is a view into it
   assert after["kept_bytes"] - before["kept_bytes"] >= 16384
   assert after["syncs"] == before["syncs"]
+  assert after["pin_failures"] == 0  # the pool was pinned
   saved.clear()
   assert pool()["kept_bytes"] == before["kept_bytes"]
 

@@ -38,6 +38,12 @@ def inner(m):
 
 
 big = jax.device_put(jnp.ones((N, N), jnp.float32), dev)
+# Compiled here, not in the callback: XLA compiling a matrix product for a
+# GPU autotunes it on that GPU, which waits for the computation running the
+# callback, so that compile never ends.  JAX's own callbacks hang the same
+# way (seen on an H100 with JAX 0.11.2: jax.debug.callback too); a callback
+# may compile for the CPU, or computations XLA does not autotune.
+float(inner(big))  # its print goes to the log
 
 
 def runs_jax(v):
