@@ -12,7 +12,7 @@ SHELL := /bin/bash
 # is the development environment (.venv), where everything runs; the others
 # run the Python test suite, each in .venv-<name>.
 MAIN := py3.11-jax0.10.2
-MATRIX := py3.12-jax0.11.2 py3.13-jax0.12.0.1
+MATRIX := py3.11-jax0.9.2 py3.12-jax0.11.2 py3.13-jax0.12.0.1
 VENV := .venv
 PY := $(VENV)/bin/python
 XLA_INC = $(shell $(PY) -c "import jax.ffi; print(jax.ffi.include_dir())")
@@ -168,8 +168,9 @@ pytest: install ## the Python tests on .venv
 
 # The Python suite on the other supported JAX versions.  The last (newest)
 # combination runs a package built against the oldest supported XLA FFI
-# header (JAX 0.10.2's, from .venv): a binary built against the oldest
-# header must register and run under the newest JAX.  Every test runs on
+# header (JAX 0.10.2's, from .venv: FFI 0.3, as the oldest supported JAX's,
+# 0.9.2): a binary built against the oldest header must register and run
+# under the newest JAX.  Every test runs on
 # each; the few that repeat a scenario hundreds of times to catch a rare race
 # (an exit, a barrier) repeat it a fifth as often there
 # (HOST_CALLBACK_TEST_REPEAT, tests/python/conftest.py).

@@ -209,6 +209,24 @@ jax_phrase(const hcb_py_call_target *t, PyObject *got, const hcb_array *res,
              index, hcb_dtype_name(res->dtype), have);
 }
 
+/* Whether a drop-in refuses a result in the other byte order as JAX 0.10
+ * on does ("Dtype >f4 is not a valid JAX array type ..."); JAX 0.9 reports
+ * its dtype as any other that is not the one declared
+ * (hcb_py_set_byte_order_refused, set once at import). */
+static int byte_order_refused = 1;
+
+PyObject *
+hcb_py_set_byte_order_refused(PyObject *module, PyObject *flag)
+{
+    int on = PyObject_IsTrue(flag);
+
+    (void)module;
+    if (on < 0)
+        return NULL;
+    byte_order_refused = on;
+    Py_RETURN_NONE;
+}
+
 /* ---- errors ---------------------------------------------------------------
  */
 
@@ -449,7 +467,12 @@ fill_result(const result_check *c, PyObject *leaf, const hcb_array *res,
     }
     exact = PyArray_EquivTypes(PyArray_DESCR(arr), want) ||
             PyArray_DESCR(arr)->type_num == want->type_num;
-    if (t->jax_words && !PyArray_ISNBO(PyArray_DESCR(arr)->byteorder)) {
+    if (t->jax_words && !PyArray_ISNBO(PyArray_DESCR(arr)->byteorder) &&
+        !byte_order_refused) {
+        /* JAX 0.9: a dtype that is not the one declared, in its words */
+        rc = leaf_mismatch(c, PyExc_TypeError, err, LEAF_DIFFERS,
+                           (PyObject *)arr, res, index, where, NULL);
+    } else if (t->jax_words && !PyArray_ISNBO(PyArray_DESCR(arr)->byteorder)) {
         /* JAX takes no array in the other byte order (host_callback's own
          * call converts it) */
         PyObject *s = PyObject_Str((PyObject *)PyArray_DESCR(arr));

@@ -408,6 +408,10 @@ int hcb_py_call_raised(hcb_py_call_target *t, hcb_error *err);
 /* check_results(*, site, name, result) -> list of numpy arrays: checks a
  * call function's `result` against the CallSite's declaration with the
  * rules and messages of compiled calls (inline mode), raising the error. */
+/* set_byte_order_refused(flag): whether the drop-ins refuse a result in
+ * the other byte order in JAX 0.10's words (true, the default) or report
+ * its dtype as JAX 0.9 does. */
+PyObject *hcb_py_set_byte_order_refused(PyObject *module, PyObject *flag);
 PyObject *hcb_py_check_results(PyObject *module, PyObject *args,
                                PyObject *kwargs);
 

@@ -168,6 +168,10 @@ static PyMethodDef hcb_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "check_results(*, site, name, result) -> list of arrays: check a call "
      "function's result as compiled calls do (inline mode)."},
+    {"set_byte_order_refused", hcb_py_set_byte_order_refused, METH_O,
+     "set_byte_order_refused(flag): whether the drop-ins refuse a result in "
+     "the other byte order in JAX 0.10's words (the default) or report its "
+     "dtype, as JAX 0.9."},
     {"register_print", (PyCFunction)(void (*)(void))hcb_py_register_print,
      METH_VARARGS | METH_KEYWORDS,
      "register_print(*, site, name, nodes, kv_before, kv_after, with_device, "

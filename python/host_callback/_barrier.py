@@ -95,7 +95,7 @@ def eager_callback_context() -> contextlib.ExitStack:
   stack = contextlib.ExitStack()
   stack.enter_context(jax.default_device(jax.local_devices(backend="cpu")[0]))
   if _jax.trace_state_clean():
-    stack.enter_context(jax.set_mesh(None))
+    stack.enter_context(_jax.no_mesh())
   return stack
 
 

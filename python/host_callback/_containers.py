@@ -72,7 +72,6 @@ from jax.extend.core import Jaxpr
 from jax.extend.core import JaxprEqn
 from jax.extend.core import Primitive
 from jax.extend.core import jaxpr_as_fun
-from jax.extend.core import jaxprs_in_params
 from jax.extend.core import primitives as jax_primitives
 from jax.interpreters import mlir
 
@@ -109,7 +108,7 @@ def _jaxpr_holds_callback(jaxpr: Jaxpr) -> bool:
 
 
 def _eqn_holds_callback(eqn: JaxprEqn) -> bool:
-  for sub in jaxprs_in_params(eqn.params):
+  for sub in _jax.jaxprs_in_params(eqn.params):
     if _jaxpr_holds_callback(sub):
       return True
   return False
@@ -203,7 +202,7 @@ def _holds_effectful_callback(jaxpr: Jaxpr) -> bool:
         (CallbackFlavor.PURE, CallbackFlavor.DEBUG)):
       return True
     if any(_holds_effectful_callback(sub)
-           for sub in jaxprs_in_params(eqn.params)):
+           for sub in _jax.jaxprs_in_params(eqn.params)):
       return True
   return False
 
@@ -213,7 +212,7 @@ def _holds_io_callback(jaxpr: Jaxpr) -> bool:
   ``io_callback``."""
   return any(
       (eqn.primitive in _kept and eqn.params.get("api") == "io_callback") or
-      any(_holds_io_callback(sub) for sub in jaxprs_in_params(eqn.params))
+      any(_holds_io_callback(sub) for sub in _jax.jaxprs_in_params(eqn.params))
       for eqn in jaxpr.eqns)
 
 
@@ -281,7 +280,7 @@ def _holds_refused(jaxpr: Jaxpr) -> bool:
         eqn.params["flavor"] not in (CallbackFlavor.PURE,
                                      CallbackFlavor.DEBUG)):
       return True
-    if any(_holds_refused(sub) for sub in jaxprs_in_params(eqn.params)):
+    if any(_holds_refused(sub) for sub in _jax.jaxprs_in_params(eqn.params)):
       return True
   return False
 

@@ -38,6 +38,8 @@ import jax
 import numpy as np
 
 from host_callback import _call
+from host_callback import _hcb
+from host_callback import _jax
 from host_callback import _sites
 from host_callback._types import CallbackFlavor
 
@@ -220,6 +222,34 @@ def pure_callback(callback: Callable[..., Any], result_shape_dtypes: Any,
   return _bind("pure_callback", callback, result_shape_dtypes, args, kwargs,
                sharding=sharding, flavor=CallbackFlavor.PURE,
                vmap_method=vmap_method)
+
+
+# JAX refuses a result in the other byte order from 0.10 on; 0.9 reports
+# its dtype as any other that is not the one declared.
+_hcb.set_byte_order_refused(jax.__version_info__ >= (0, 10))
+
+# JAX 0.9's pure_callback still names the argument JAX 0.6 removed,
+# ``vectorized``, to refuse it: the drop-in takes the signature of the JAX it
+# runs on.
+_JAX_VECTORIZED = _jax.pure_callback_vectorized
+if _JAX_VECTORIZED is not None:
+  _pure_callback = pure_callback
+  _NOT_VECTORIZED = _JAX_VECTORIZED.default
+
+  def pure_callback(callback: Callable[..., Any],  # noqa: F811
+                    result_shape_dtypes: Any, *args: Any,
+                    sharding: jax.sharding.Sharding | None = None,
+                    vectorized: Any = _NOT_VECTORIZED,
+                    vmap_method: str | None = None, **kwargs: Any) -> Any:
+    if vectorized is not _NOT_VECTORIZED:
+      raise ValueError(
+          "The 'vectorized' argument of jax.pure_callback was removed in "
+          "JAX v0.6.0. Use 'vmap_method' instead.")
+    return _pure_callback(callback, result_shape_dtypes, *args,
+                          sharding=sharding, vmap_method=vmap_method,
+                          **kwargs)
+
+  pure_callback.__doc__ = _pure_callback.__doc__
 
 
 def io_callback(callback: Callable[..., Any], result_shape_dtypes: Any,

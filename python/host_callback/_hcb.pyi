@@ -138,6 +138,11 @@ def register_buffer_callback(*, site: BufferSite, name: str) -> int:
   """Registers a Python buffer callback site; returns its id.  The site's
   fields are read by name, once."""
 
+def set_byte_order_refused(flag: bool) -> None:
+  """Whether the drop-ins refuse a result in the other byte order in JAX
+  0.10's words (the default) or report its dtype as any other, as JAX 0.9
+  does."""
+
 def check_results(*, site: CallSite, name: str,
                   result: Any) -> list[np.ndarray[Any, Any]]:
   """Checks what call function ``name`` returned against the site's

@@ -6,7 +6,10 @@ control flow) nor to pin a Python callback to one device of an SPMD
 program, so the package uses a few internals.  No other module imports
 ``jax._src``.  Each touchpoint below says what it is, why it is needed, and
 which JAX versions have it: every one is present, as used here, in JAX
-0.10.2, 0.11.2 and 0.12.0.1 (the versions ``make test`` runs).
+0.9.2, 0.10.2, 0.11.2 and 0.12.0.1 (the versions ``make test`` runs).
+Where JAX 0.9 differs from 0.10 on, the touchpoint is a function (or a
+value) that picks the form this JAX has, found from JAX's own signatures
+rather than its version number.
 
 :func:`check_touchpoints` checks each one's shape (that the names exist and
 take the arguments we pass); tests/python/test_jax_internals.py runs it, so
@@ -21,12 +24,14 @@ Everything public that the package uses (``jax.extend.core.Primitive``,
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import jax
+import jax.extend.core
 from jax._src import callback as _callback
 from jax._src import dispatch as _dispatch
 from jax._src import core as _core
+from jax._src import debugging as _debugging
 from jax._src import effects as _effects
 from jax._src import monitoring as _monitoring
 from jax._src import pjit as _pjit
@@ -37,6 +42,62 @@ from jax._src.interpreters import partial_eval as _pe
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import xla_client as _xc
 from jax.interpreters import batching as _batching
+
+# ---- names JAX made public in 0.10 -------------------------------------------
+
+# core.jaxprs_in_params(params): the jaxprs of an equation's parameters;
+# core.no_effects: the empty effect set.  jax.extend.core from 0.10,
+# jax._src.core only in 0.9.
+jaxprs_in_params: Callable[[Any], Any] = getattr(
+    jax.extend.core, "jaxprs_in_params", _core.jaxprs_in_params)
+no_effects: Any = getattr(jax.extend.core, "no_effects", _core.no_effects)
+
+# JAX 0.9's forms of the callbacks the drop-ins copy (read from JAX's own
+# functions, which a patch_jax() does not replace): pure_callback's
+# parameter ``vectorized`` (refused, gone in 0.10), and jax.debug.callback
+# and print without their two-call form (added in 0.10).
+pure_callback_vectorized: inspect.Parameter | None = inspect.signature(
+    _callback.pure_callback).parameters.get("vectorized")
+debug_two_call_form: bool = inspect.signature(
+    _debugging.debug_callback).parameters["callback"].default is not (
+        inspect.Parameter.empty)
+
+# Where a touchpoint's form changed in JAX 0.10, which one this JAX has.
+_SET_MESH_TAKES_NONE = "None" in str(
+    inspect.signature(jax.set_mesh).parameters["mesh"].annotation)
+_LOWERING_TAKES_MODULE_CONTEXT = len(inspect.signature(
+    _mlir.set_sharding).parameters) == 3  # (ctx, op, sharding)
+
+
+def no_mesh() -> Any:
+  """A context without a mesh: ``jax.set_mesh(None)``, which JAX refuses
+  before 0.10; there, the two thread-local values that ``set_mesh`` swaps
+  (config.abstract_mesh_context_manager and device_context), set to the
+  empty meshes.  Outside a trace only (``set_mesh`` refuses to run inside
+  one)."""
+  if _SET_MESH_TAKES_NONE:
+    return jax.set_mesh(None)
+  return _NoMesh()
+
+
+class _NoMesh:
+  """``jax.set_mesh(None)`` for JAX 0.9 (see :func:`no_mesh`)."""
+
+  __slots__ = ("abstract", "concrete")
+
+  def __enter__(self) -> None:
+    from jax._src import config as _config  # pylint: disable=g-import-not-at-top
+    from jax._src import mesh as _mesh  # pylint: disable=g-import-not-at-top
+    self.abstract = _config.abstract_mesh_context_manager.swap_local(
+        _mesh.empty_abstract_mesh)
+    self.concrete = _config.device_context.swap_local(
+        _mesh.empty_concrete_mesh)
+
+  def __exit__(self, *exc: Any) -> None:
+    from jax._src import config as _config  # pylint: disable=g-import-not-at-top
+    _config.abstract_mesh_context_manager.set_local(self.abstract)
+    _config.device_context.set_local(self.concrete)
+
 
 # ---- the generic lowering rule of a primitive --------------------------------
 
@@ -310,11 +371,35 @@ SdyArray: type = _sharding_impls.SdyArray
 SdyDim: type = _sharding_impls.SdyDim
 OpSharding: Any = _xc.OpSharding
 
+
+def ir_type(module_context: Any, aval: Any) -> Any:
+  """mlir.aval_to_ir_type: (module_context, aval) from JAX 0.10, (aval) in
+  0.9."""
+  if _LOWERING_TAKES_MODULE_CONTEXT:
+    return _mlir.aval_to_ir_type(module_context, aval)
+  return cast(Any, _mlir.aval_to_ir_type)(aval)
+
+
+def build_sdy(shardings: Any, module_context: Any) -> Any:
+  """The MLIR attribute of an SdyArrayList: ``build(cache)`` with the
+  module's ``sharding_attr_cache`` from JAX 0.10, ``build()`` in 0.9."""
+  if _LOWERING_TAKES_MODULE_CONTEXT:
+    return shardings.build(module_context.sharding_attr_cache)
+  return shardings.build()
+
 # mlir.wrap_with_sharding_op(ctx, value, aval, sharding) and
 # mlir.set_sharding(module_context, op, sharding): annotate an MLIR value or
 # op with a sharding.  Not re-exported by jax.interpreters.mlir in 0.10-0.12.
 wrap_with_sharding_op: Callable[..., Any] = _mlir.wrap_with_sharding_op
-set_sharding: Callable[..., Any] = _mlir.set_sharding
+
+
+def set_sharding(module_context: Any, op: Any, sharding: Any) -> None:
+  """mlir.set_sharding: (module_context, op, sharding) from JAX 0.10, (op,
+  sharding) in 0.9."""
+  if _LOWERING_TAKES_MODULE_CONTEXT:
+    _mlir.set_sharding(module_context, op, sharding)
+  else:
+    cast(Any, _mlir.set_sharding)(op, sharding)
 
 # mlir.wrap_with_full_to_shard_op / wrap_with_shard_to_full_op(ctx, value,
 # aval, sharding): the GSPMD partitioner's way into and out of a region
@@ -351,8 +436,24 @@ def host_callbacks(module_context: Any) -> Sequence[Any]:
 # sharding): JAX's own lowering of a Python callback -- the only custom call
 # whose single-device (maximal) sharding XLA's Shardy partitioner keeps, so
 # the one way to run a callback once, on one chosen device, under jit over
-# sharded operands (_lowering.py).  JAX 0.10-0.12.
-emit_python_callback: Callable[..., Any] = _callback.emit_python_callback
+# sharded operands (_lowering.py).  JAX 0.10-0.12; in 0.9 it annotates the
+# token (under Shardy, with results) replicated, which XLA refuses for a
+# side-effecting op, where 0.10 puts it on the results' device: done here
+# for every version.
+def emit_python_callback(ctx: Any, callback: Any, token: Any,
+                         operands: Any, operand_avals: Any,
+                         result_avals: Any, **kwargs: Any) -> Any:
+  results, token_out, keep = _callback.emit_python_callback(
+      ctx, callback, token, operands, operand_avals, result_avals, **kwargs)
+  sharding = kwargs.get("sharding")
+  if (token is not None and token_out is not None and result_avals and
+      isinstance(sharding, SdyArrayList)):
+    shardings = tuple(cast(Any, sharding).shardings)
+    set_sharding(ctx.module_context, token_out.owner, SdyArrayList(
+        (SdyArray(mesh_shape=(), dim_shardings=(),
+                  logical_device_ids=shardings[0].logical_device_ids),
+         *shardings)))
+  return results, token_out, keep
 
 # callback._callback_op_sharding(axis_context, sharding, avals_out): the
 # sharding JAX gives its own callbacks inside shard_map (MANUAL).
@@ -513,8 +614,14 @@ TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
     ("mlir.wrap_with_sharding_op",
      lambda: _has_params(wrap_with_sharding_op, "ctx", "x", "aval_out",
                          "sharding")),
-    ("mlir.set_sharding", lambda: None if callable(set_sharding)
-     else "is not callable"),
+    ("mlir.set_sharding",
+     lambda: _has_params(_mlir.set_sharding, "op", "sharding")),
+    ("debugging.debug_callback and callback.pure_callback",
+     lambda: _has_params(_debugging.debug_callback, "callback") or
+     _has_params(_callback.pure_callback, "vmap_method")),
+    ("core.jaxprs_in_params and no_effects",
+     lambda: None if callable(jaxprs_in_params) and not no_effects
+     else "are not a function and an empty set"),
     ("mlir.wrap_with_full_to_shard_op and wrap_with_shard_to_full_op",
      lambda: _has_params(wrap_with_full_to_shard_op, "ctx", "x", "aval_out",
                          "sharding") or _has_params(
@@ -531,8 +638,8 @@ TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
     ("sharding_impls.ShardingContext.device_assignment",
      lambda: _has_params(ShardingContext, "device_assignment")),
     ("callback.emit_python_callback",
-     lambda: _has_params(emit_python_callback, "ctx", "callback", "token",
-                         "operands", "operand_avals", "result_avals",
+     lambda: _has_params(_callback.emit_python_callback, "ctx", "callback",
+                         "token", "operands", "operand_avals", "result_avals",
                          "has_side_effect", "returns_token", "partitioned",
                          "sharding")),
     ("callback._callback_op_sharding",

@@ -216,18 +216,19 @@ def _lower_shared(ctx: mlir.LoweringRuleContext, target: str,
       target, has_side_effect=has_side_effect,
       operand_output_aliases=operand_output_aliases)
   if _jax.use_shardy_partitioner():
-    cache = ctx.module_context.sharding_attr_cache
     region = sdy.ManualComputationOp(
-        [mlir.aval_to_ir_type(ctx.module_context, a) for a in avals_out],
+        [_jax.ir_type(ctx.module_context, a) for a in avals_out],
         list(operands),
-        _jax.SdyArrayList([_replicated_in_region(a, ndevices)
-                           for a in avals_in]).build(cache),
-        _jax.SdyArrayList([_replicated_in_region(a, ndevices)
-                           for a in avals_out]).build(cache),
+        _jax.build_sdy(_jax.SdyArrayList([_replicated_in_region(a, ndevices)
+                                          for a in avals_in]),
+                       ctx.module_context),
+        _jax.build_sdy(_jax.SdyArrayList([_replicated_in_region(a, ndevices)
+                                          for a in avals_out]),
+                       ctx.module_context),
         sdy.ManualAxesAttr.get([ir.StringAttr.get(_REGION_AXIS)]))
     block = ir.Block.create_at_start(
         region.body,
-        [mlir.aval_to_ir_type(ctx.module_context, a) for a in avals_in])
+        [_jax.ir_type(ctx.module_context, a) for a in avals_in])
     with ir.InsertionPoint(block):
       op = build(inner_ctx, *block.arguments, **attributes)
       sdy.return_(list(op.results))

@@ -43,7 +43,7 @@ def _pinned_settings() -> contextlib.ExitStack:
   stack.enter_context(jax.transfer_guard("allow"))
   stack.enter_context(jax.disable_jit(False))
   if _jax.trace_state_clean():  # jax.set_mesh refuses to run under a trace
-    stack.enter_context(jax.set_mesh(None))
+    stack.enter_context(_jax.no_mesh())
   return stack
 
 

@@ -40,7 +40,6 @@ from jax import lax
 from jax.extend.core import JaxprEqn
 from jax.extend.core import Primitive
 from jax.extend.core import Var
-from jax.extend.core import no_effects
 from jax.interpreters import ad
 from jax.interpreters import batching
 from jax.interpreters import mlir
@@ -106,7 +105,7 @@ def _tap_abstract_eval(*avals: Any, site: _sites.TapSite, ntapped: int,
   del site, ntapped, device_index, deliver
   _containers.keep_containers()
   keep = differentiated and flavor is not CallbackFlavor.PURE
-  return avals, {_differentiated} if keep else no_effects
+  return avals, {_differentiated} if keep else _jax.no_effects
 
 
 def _tap_lowering(ctx: mlir.LoweringRuleContext, *args: Any,

@@ -89,6 +89,7 @@ import numpy as np
 
 from host_callback import _barrier
 from host_callback import _hcb
+from host_callback import _jax
 from host_callback import _leaves
 from host_callback import _print as _id_print
 from host_callback import _sites
@@ -719,6 +720,39 @@ def _print_api(fmt: str | None, args: tuple[Any, ...],
 
   return _two_call_form("debug_print", _debug_print, fmt, args, kwargs)
 
+
+
+# ---- the forms of JAX 0.9 ----------------------------------------------------
+
+# JAX 0.9's jax.debug.callback and print take the function and the format
+# as required arguments, with no two-call form (JAX 0.10 added it): the
+# drop-ins take the signature of the JAX they run on.
+if not _jax.debug_two_call_form:
+  _callback_two_forms, _print_two_forms, _log_two_forms = callback, print, log
+
+  def callback(callback: Callable[..., Any], *args: Any,  # type: ignore[misc]  # noqa: F811
+               ordered: bool = False, partitioned: bool = False,
+               **kwargs: Any) -> None:
+    return _callback_two_forms(callback, *args, ordered=ordered,
+                               partitioned=partitioned, **kwargs)
+
+  def print(fmt: str, *args: Any, ordered: bool = False,  # type: ignore[misc]  # noqa: F811  # pylint: disable=redefined-builtin
+            partitioned: bool = False, skip_format_check: bool = False,
+            **kwargs: Any) -> None:
+    return _print_two_forms(fmt, *args, ordered=ordered,
+                            partitioned=partitioned,
+                            skip_format_check=skip_format_check, **kwargs)
+
+  def log(fmt: str, *args: Any, ordered: bool = False,  # type: ignore[misc]  # noqa: F811
+          partitioned: bool = False, skip_format_check: bool = False,
+          **kwargs: Any) -> None:
+    return _log_two_forms(fmt, *args, ordered=ordered,
+                          partitioned=partitioned,
+                          skip_format_check=skip_format_check, **kwargs)
+
+  for _new, _old in ((callback, _callback_two_forms), (print, _print_two_forms),
+                     (log, _log_two_forms)):
+    _new.__doc__ = _old.__doc__
 
 
 # ---- the namespace: jax.debug's ----------------------------------------------

@@ -8,6 +8,9 @@ that silently went through Python fails here."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 from functools import partial
 
 import jax
@@ -28,15 +31,17 @@ def flush() -> None:
   hcb.barrier_wait()
 
 
-def text_and_path(capsys, run, sort: bool = False) -> str:
+def text_and_path(capsys, run, sort: bool = False, theirs: str | None = None
+                  ) -> str:
   """Runs ``run(jax.debug)`` and ``run(host_callback.debug)``, checks that
   their texts are the same, and returns which path ours took ("c",
   "python", or "c+python" when one run registered sites of both).
   ``sort``: compare sorted lines (JAX runs the calls of a vmapped print in
-  no fixed order)."""
+  no fixed order).  ``theirs``: the text to expect instead of JAX's."""
   run(jax.debug)
   flush()
-  theirs = capsys.readouterr().out
+  jaxs = capsys.readouterr().out
+  theirs = jaxs if theirs is None else theirs
   before = hdebug._print_paths.copy()
   run(hdebug)
   flush()
@@ -89,7 +94,25 @@ def test_plain_fields_of_each_value_are_formatted_in_c(capsys, key):
                 skip_format_check=True)
     jax.jit(f)(value)
 
-  assert text_and_path(capsys, run) == "c"
+  expected = None
+  if key.startswith("int4") and _jax_misprints_int4():
+    # JAX 0.9 prints int4 values it unpacked wrong (7 as -7 or -1); ours
+    # prints the values, as numpy does and as JAX from 0.10 does.
+    text = str(np.asarray(value))
+    expected = (f"c-path {key}: x={text} {text} {text}\n"
+                f"c-path {key}, auto: {text}\n"
+                f"c-path {key}, no placeholders: {text} {text}\n")
+  assert text_and_path(capsys, run, theirs=expected) == "c"
+
+
+@functools.cache
+def _jax_misprints_int4() -> bool:
+  with contextlib.redirect_stdout(io.StringIO()) as out:
+    jax.jit(lambda x: jax.debug.print("{}", x))(
+        np.array([7], ml_dtypes.int4))
+    jax.effects_barrier()
+  return out.getvalue().strip() != "[7]"
+
 
 
 @pytest.mark.parametrize("fmt", [

@@ -30,7 +30,8 @@ def test_check_touchpoints_names_what_changed(monkeypatch):
     del ctx, callback, token, operands, operand_avals, result_avals
     del has_side_effect, sharding
 
-  monkeypatch.setattr(_jax, "emit_python_callback", emit_python_callback)
+  monkeypatch.setattr(_jax._callback, "emit_python_callback",
+                      emit_python_callback)
   touchpoints = [(n, c) for n, c in _jax.TOUCHPOINTS
                  if n == "callback.emit_python_callback"]
   monkeypatch.setattr(_jax, "TOUCHPOINTS", touchpoints)
