@@ -53,6 +53,7 @@ typedef struct lander {
 
 static _Atomic(lander *) landers[HCB__PINNED_DEVICES];
 static hcb__mutex landers_mu = {PTHREAD_MUTEX_INITIALIZER};
+static bool fork_handled; /* under landers_mu */
 
 static void *
 lander_main(void *arg)
@@ -115,6 +116,20 @@ settle(hcb_device device)
     hcb__mutex_unlock(&l->mu);
 }
 
+/* In a child of fork(): the parent's landers are not there (their threads,
+ * perhaps a mutex held), so the child starts with none, what they hold
+ * left, as the runtime leaves the parent's records (CUDA does not work in
+ * such a child anyway). */
+static void
+forget_after_fork(void)
+{
+    size_t i;
+
+    for (i = 0; i < HCB__PINNED_DEVICES; i++)
+        atomic_store_explicit(&landers[i], NULL, memory_order_relaxed);
+    (void)hcb__mutex_init(&landers_mu);
+}
+
 /* Device `ordinal`'s lander, started at its first use. */
 static lander *
 lander_of(int ordinal, hcb_error *err)
@@ -131,6 +146,8 @@ lander_of(int ordinal, hcb_error *err)
         NULL)
         return l;
     hcb__mutex_lock(&landers_mu);
+    if (!fork_handled)
+        fork_handled = pthread_atfork(NULL, NULL, forget_after_fork) == 0;
     if ((l = atomic_load_explicit(&landers[ordinal], memory_order_relaxed)) ==
         NULL) {
         if ((l = hcb__calloc(1, sizeof *l)) == NULL) {
