@@ -224,9 +224,7 @@ def pure_callback(callback: Callable[..., Any], result_shape_dtypes: Any,
                vmap_method=vmap_method)
 
 
-# JAX refuses a result in the other byte order from 0.10 on; 0.9 reports
-# its dtype as any other that is not the one declared.
-_hcb.set_byte_order_refused(jax.__version_info__ >= (0, 10))
+_hcb.set_byte_order_refused(_jax.refuses_byte_swapped_results)
 
 # JAX 0.9's pure_callback still names the argument JAX 0.6 removed,
 # ``vectorized``, to refuse it: the drop-in takes the signature of the JAX it

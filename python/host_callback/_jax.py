@@ -9,7 +9,7 @@ which JAX versions have it: every one is present, as used here, in JAX
 0.9.2, 0.10.2, 0.11.2 and 0.12.0.1 (the versions ``make test`` runs).
 Where JAX 0.9 differs from 0.10 on, the touchpoint is a function (or a
 value) that picks the form this JAX has, found from JAX's own signatures
-rather than its version number.
+(one, which no signature shows, from its version number).
 
 :func:`check_touchpoints` checks each one's shape (that the names exist and
 take the arguments we pass); tests/python/test_jax_internals.py runs it, so
@@ -61,6 +61,12 @@ pure_callback_vectorized: inspect.Parameter | None = inspect.signature(
 debug_two_call_form: bool = inspect.signature(
     _debugging.debug_callback).parameters["callback"].default is not (
         inspect.Parameter.empty)
+
+# JAX refuses a callback's result in the other byte order from 0.10 on
+# ("Dtype >f4 is not a valid JAX array type"); 0.9 reports its dtype as any
+# other that is not the one declared.  No signature shows it: the one
+# difference chosen by JAX's version.
+refuses_byte_swapped_results: bool = jax.__version_info__ >= (0, 10)
 
 # Where a touchpoint's form changed in JAX 0.10, which one this JAX has.
 _SET_MESH_TAKES_NONE = "None" in str(

@@ -261,20 +261,15 @@ send_staged(hcb_runtime *rt, const hcb__cuda *api, void *stream, uint64_t id,
             } else {
                 *c = (chunk){rt, last ? rec : NULL, dst, len};
                 if ((status = api->memcpy_async(c->data, from, len,
-                                                HCB__CUDA_D2H, stream)) != 0) {
-                    rc = hcb__cuda_fail(api, status,
-                                        "copying an operand to the host", err);
-                } else if ((rc = hcb__cuda_after(api, stream, ordinal, unstage,
-                                                 c, "enqueueing a tap", err)) ==
-                               HCB_OK &&
-                           last) {
+                                                HCB__CUDA_D2H, stream)) == 0 &&
+                    (rc = hcb__cuda_after(api, stream, ordinal, unstage, c,
+                                          "enqueueing a tap", err)) == HCB_OK &&
+                    last)
                     return HCB_OK; /* the last unstage submits `rec` */
-                }
-                if (rc != HCB_OK) {
+                if (status != 0 || rc != HCB_OK) {
                     settle(api, stream);
                     hcb__pinned_give(c);
                 }
-                continue;
             }
             if (status != 0)
                 rc = hcb__cuda_fail(api, status,
