@@ -12,7 +12,7 @@ SHELL := /bin/bash
 # is the development environment (.venv), where everything runs; the others
 # run the Python test suite, each in .venv-<name>.
 MAIN := py3.11-jax0.10.2
-MATRIX := py3.11-jax0.9.2 py3.12-jax0.11.2 py3.13-jax0.12.0.1
+MATRIX := py3.11-jax0.8.3 py3.11-jax0.9.2 py3.12-jax0.11.2 py3.13-jax0.12.0.1
 VENV := .venv
 PY := $(VENV)/bin/python
 XLA_INC = $(shell $(PY) -c "import jax.ffi; print(jax.ffi.include_dir())")
@@ -41,7 +41,7 @@ help: ## this list
 	@echo "make TARGET, where TARGET is one of:"
 	@awk -F ':.*## ' '/^[a-zA-Z][a-zA-Z0-9_-]*:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
 
-.PHONY: help demo test check setup setup-matrix debian install build-c ctest ctest-ffi-newest ctest-asan \
+.PHONY: help demo test check setup setup-matrix debian install build-c ctest ctest-ffi-oldest ctest-ffi-newest ctest-asan \
   ctest-tsan ctest-valgrind fuzz pytest pytest-matrix test-install typecheck bench bench-smoke \
   format format-check clean gpu-wheels install-gpu test-gpu bench-gpu gpu-check
 
@@ -69,7 +69,7 @@ $(VENV)/.demo-deps: requirements/demo.txt
 # and the pip install tests (alone: a build with build isolation, timed by
 # pytest-timeout).
 test: install ## set up everything and run every test (what CI runs; 33 minutes in a clean clone on 2 cores)
-	$(MAKE) -j2 --output-sync=target format-check typecheck ctest ctest-ffi-newest ctest-asan \
+	$(MAKE) -j2 --output-sync=target format-check typecheck ctest ctest-ffi-oldest ctest-ffi-newest ctest-asan \
 	  ctest-tsan ctest-valgrind fuzz setup-matrix
 	$(MAKE) pytest pytest-matrix test-install
 
@@ -119,13 +119,19 @@ build-c: setup ## build libhcb and the C tests (build/c)
 ctest: build-c ## the C tests
 	ctest --test-dir build/c --output-on-failure
 
-# The same tests built against the newest supported XLA FFI header (the
-# last combination's jaxlib) instead of .venv's, the oldest: what differs
-# by header version (include/hcb/ffi_version.h) is checked with both.
+# The same tests built against the oldest and the newest supported XLA FFI
+# headers (the first and the last combination's jaxlib, FFI API 0.2 and
+# 0.5) besides .venv's (0.3): what differs by header version
+# (include/hcb/ffi_version.h) is checked with each.
+FFI_INC = $$($(1) -c "import jax.ffi; print(jax.ffi.include_dir())")
+OLDEST_PY = .venv-$(firstword $(MATRIX))/bin/python
 NEWEST_PY = .venv-$(lastword $(MATRIX))/bin/python
+ctest-ffi-oldest: .venv-$(firstword $(MATRIX))/.deps setup ## the C tests against the oldest supported JAX's XLA FFI header
+	$(CMAKE_C) -B build/c-ffi-oldest -DCMAKE_BUILD_TYPE=Debug -DHCB_XLA_INCLUDE_DIR=$(call FFI_INC,$(OLDEST_PY)) >/dev/null
+	cmake --build build/c-ffi-oldest
+	ctest --test-dir build/c-ffi-oldest --output-on-failure
 ctest-ffi-newest: .venv-$(lastword $(MATRIX))/.deps setup ## the C tests against the newest supported JAX's XLA FFI header
-	$(CMAKE_C) -B build/c-ffi-newest -DCMAKE_BUILD_TYPE=Debug \
-	  -DHCB_XLA_INCLUDE_DIR=$$($(NEWEST_PY) -c "import jax.ffi; print(jax.ffi.include_dir())") >/dev/null
+	$(CMAKE_C) -B build/c-ffi-newest -DCMAKE_BUILD_TYPE=Debug -DHCB_XLA_INCLUDE_DIR=$(call FFI_INC,$(NEWEST_PY)) >/dev/null
 	cmake --build build/c-ffi-newest
 	ctest --test-dir build/c-ffi-newest --output-on-failure
 
@@ -166,19 +172,19 @@ fuzz: setup ## a short run of the fuzzers (libFuzzer)
 pytest: install ## the Python tests on .venv
 	$(PY) $(PYTEST) tests/python
 
-# The Python suite on the other supported JAX versions.  The last (newest)
-# combination runs a package built against the oldest supported XLA FFI
-# header (JAX 0.10.2's, from .venv: FFI 0.3, as the oldest supported JAX's,
-# 0.9.2): a binary built against the oldest header must register and run
-# under the newest JAX.  Every test runs on
+# The Python suite on the other supported JAX versions, each with a package
+# built against its own jaxlib's XLA FFI header, but the last (newest)
+# combination's, built against the oldest supported header (the first
+# combination's, JAX 0.8.3: FFI 0.2): a binary built against the oldest
+# header must register and run under the newest JAX.  Every test runs on
 # each; the few that repeat a scenario hundreds of times to catch a rare race
 # (an exit, a barrier) repeat it a fifth as often there
 # (HOST_CALLBACK_TEST_REPEAT, tests/python/conftest.py).
 MATRIX_REPEAT ?= 0.2
 pytest-matrix: $(addprefix pytest-,$(MATRIX)) ## the Python tests on every other supported combination
 
-pytest-py%: .venv-py%/.deps setup
-	$(if $(filter py$*,$(lastword $(MATRIX))),HCB_XLA_INCLUDE_DIR=$(XLA_INC)) $(call PIP_INSTALL,.venv-py$*)
+pytest-py%: .venv-py%/.deps .venv-$(firstword $(MATRIX))/.deps setup
+	$(if $(filter py$*,$(lastword $(MATRIX))),HCB_XLA_INCLUDE_DIR=$(call FFI_INC,$(OLDEST_PY))) $(call PIP_INSTALL,.venv-py$*)
 	HOST_CALLBACK_TEST_REPEAT=$(MATRIX_REPEAT) .venv-py$*/bin/python $(PYTEST) tests/python
 
 # `pip install .` as a user runs it: build isolation, a fresh venv, PyPI.

@@ -101,27 +101,22 @@ hold_delete(void *object)
     free(h);
 }
 
-/* Filled by XLA when the type is registered (jax.ffi.register_ffi_type). */
+/* Filled by XLA when the type is registered (jax.ffi.register_ffi_type, or
+ * register_ffi_type_id before JAX 0.8). */
 static XLA_FFI_TypeId hold_type_id = {0};
-static XLA_FFI_TypeInfo hold_type_info = {sizeof(XLA_FFI_TypeInfo), NULL,
-                                          hold_delete};
+static hcb_ffi_type_info hold_type_info = {sizeof(hcb_ffi_type_info), NULL,
+                                           hold_delete};
 
 static XLA_FFI_Error *
 instantiate(XLA_FFI_CallFrame *frame)
 {
-    XLA_FFI_State_Set_Args args;
     XLA_FFI_Error *xe;
     hcb_py_target *t;
     uint64_t id = 0;
     hold *h;
 
-    if (hcb_ffi_answer_probe(frame, 0)) {
-        hcb_ffi_extension *ext = frame->extension_start;
-
-        ((XLA_FFI_Metadata_Extension *)ext)->metadata->state_type_id =
-            hold_type_id;
+    if (hcb_ffi_answer_probe_stateful(frame, 0, &hold_type_id))
         return NULL;
-    }
     if ((xe = hcb_ffi_check_stage(frame, XLA_FFI_ExecutionStage_INSTANTIATE,
                                   "hcb_instantiate")) != NULL)
         return xe;
@@ -137,13 +132,7 @@ instantiate(XLA_FFI_CallFrame *frame)
                              "hcb: out of memory for a callback's hold");
     h->target = t;
     atomic_fetch_add(&t->holds, 1);
-    memset(&args, 0, sizeof args);
-    args.struct_size = XLA_FFI_State_Set_Args_STRUCT_SIZE;
-    args.ctx = frame->ctx;
-    args.stage = XLA_FFI_ExecutionStage_INSTANTIATE;
-    args.type_id = &hold_type_id;
-    args.state = h;
-    xe = frame->api->XLA_FFI_State_Set(&args);
+    xe = hcb_ffi_state_set(frame, &hold_type_id, h, hold_delete);
     if (xe != NULL) /* XLA keeps no state: drop the hold ourselves */
         hold_delete(h);
     return xe;

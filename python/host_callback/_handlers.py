@@ -14,6 +14,7 @@ import jax
 
 from host_callback import _config
 from host_callback import _hcb
+from host_callback import _jax
 from host_callback._devices import local_cuda_devices
 from host_callback._state import state
 
@@ -25,8 +26,7 @@ def register_handlers() -> None:
   of the state by which the custom calls that carry a callback id count the
   live executables that embed it (python/_hcb/lifetime.c): for CPU, and
   for CUDA when JAX has a CUDA backend."""
-  jax.ffi.register_ffi_type("hcb_target_hold", _hcb.hold_type(),
-                            platform="cpu")
+  _jax.register_ffi_state_type("hcb_target_hold", _hcb.hold_type(), "cpu")
   for name, handler in _hcb.ffi_handlers("cpu").items():
     jax.ffi.register_ffi_target(name, handler, platform="cpu")
   # Whether JAX has a CUDA backend is known for sure only once its backends

@@ -6,10 +6,12 @@ control flow) nor to pin a Python callback to one device of an SPMD
 program, so the package uses a few internals.  No other module imports
 ``jax._src``.  Each touchpoint below says what it is, why it is needed, and
 which JAX versions have it: every one is present, as used here, in JAX
-0.9.2, 0.10.2, 0.11.2 and 0.12.0.1 (the versions ``make test`` runs).
-Where JAX 0.9 differs from 0.10 on, the touchpoint is a function (or a
-value) that picks the form this JAX has, found from JAX's own signatures
-(one, which no signature shows, from its version number).
+0.8.3, 0.9.2, 0.10.2, 0.11.2 and 0.12.0.1 (the versions ``make test``
+runs).  Where an older JAX differs from 0.10 on, the touchpoint is a
+function (or a value) that picks the form this JAX has, found from JAX's
+own signatures or names (one, which neither shows, from its version
+number).  Some also pick the forms of JAX 0.6 and 0.7, which are not
+supported yet (their suites do not pass): the next step back.
 
 :func:`check_touchpoints` checks each one's shape (that the names exist and
 take the arguments we pass); tests/python/test_jax_internals.py runs it, so
@@ -33,6 +35,7 @@ from jax._src import dispatch as _dispatch
 from jax._src import core as _core
 from jax._src import debugging as _debugging
 from jax._src import effects as _effects
+from jax._src import ffi as _ffi
 from jax._src import monitoring as _monitoring
 from jax._src import pjit as _pjit
 from jax._src import sharding_impls as _sharding_impls
@@ -62,6 +65,30 @@ debug_two_call_form: bool = inspect.signature(
     _debugging.debug_callback).parameters["callback"].default is not (
         inspect.Parameter.empty)
 
+# jax.ffi.build_ffi_lowering_function: an FFI custom call's MLIR op; public
+# from JAX 0.7, in jax._src.ffi in 0.6.
+build_ffi_lowering_function: Callable[..., Any] = getattr(
+    jax.ffi, "build_ffi_lowering_function", None) or (
+        _ffi.build_ffi_lowering_function)
+
+# jax.debug's effects: public from JAX 0.9 (the ordered one), in
+# jax._src.debugging in all.
+DebugEffect: type = _debugging.DebugEffect
+OrderedDebugEffect: type = _debugging.OrderedDebugEffect
+
+# jax.ffi.register_ffi_type (JAX 0.8 on) registers a state's type with its
+# deleter (a dict of two capsules, "type_id" and "type_info"); before 0.8,
+# under FFI 0.1, jax.ffi.register_ffi_type_id registers the id alone, and
+# XLA takes the deleter with each state (include/hcb/ffi_version.h).
+def register_ffi_state_type(name: str, capsules: dict[str, Any],
+                            platform: str) -> None:
+  register = getattr(jax.ffi, "register_ffi_type", None)
+  if register is not None:
+    register(name, capsules, platform=platform)
+  else:
+    jax.ffi.register_ffi_type_id(name, capsules["type_id"], platform=platform)
+
+
 # JAX refuses a callback's result in the other byte order from 0.10 on
 # ("Dtype >f4 is not a valid JAX array type"); 0.9 reports its dtype as any
 # other that is not the one declared.  No signature shows it: the one
@@ -69,7 +96,8 @@ debug_two_call_form: bool = inspect.signature(
 refuses_byte_swapped_results: bool = jax.__version_info__ >= (0, 10)
 
 # Where a touchpoint's form changed in JAX 0.10, which one this JAX has.
-_SET_MESH_TAKES_NONE = "None" in str(
+# (JAX 0.6 has no jax.set_mesh at all.)
+_SET_MESH_TAKES_NONE = hasattr(jax, "set_mesh") and "None" in str(
     inspect.signature(jax.set_mesh).parameters["mesh"].annotation)
 _LOWERING_TAKES_MODULE_CONTEXT = len(inspect.signature(
     _mlir.set_sharding).parameters) == 3  # (ctx, op, sharding)
@@ -77,7 +105,7 @@ _LOWERING_TAKES_MODULE_CONTEXT = len(inspect.signature(
 
 def no_mesh() -> Any:
   """A context without a mesh: ``jax.set_mesh(None)``, which JAX refuses
-  before 0.10; there, the two thread-local values that ``set_mesh`` swaps
+  before 0.10 (0.6 has no ``jax.set_mesh``); there, the two thread-local values that ``set_mesh`` swaps
   (config.abstract_mesh_context_manager and device_context), set to the
   empty meshes.  Outside a trace only (``set_mesh`` refuses to run inside
   one)."""
@@ -87,7 +115,7 @@ def no_mesh() -> Any:
 
 
 class _NoMesh:
-  """``jax.set_mesh(None)`` for JAX 0.9 (see :func:`no_mesh`)."""
+  """``jax.set_mesh(None)`` for JAX 0.6 to 0.9 (see :func:`no_mesh`)."""
 
   __slots__ = ("abstract", "concrete")
 
@@ -96,8 +124,9 @@ class _NoMesh:
     from jax._src import mesh as _mesh  # pylint: disable=g-import-not-at-top
     self.abstract = _config.abstract_mesh_context_manager.swap_local(
         _mesh.empty_abstract_mesh)
+    # (JAX 0.6 has no empty concrete mesh: None stands for none.)
     self.concrete = _config.device_context.swap_local(
-        _mesh.empty_concrete_mesh)
+        getattr(_mesh, "empty_concrete_mesh", None))
 
   def __exit__(self, *exc: Any) -> None:
     from jax._src import config as _config  # pylint: disable=g-import-not-at-top
@@ -111,8 +140,10 @@ def generic_lowering(prim: Any) -> Callable[..., Any]:
   """The lowering rule JAX registered for ``prim`` on every platform
   (``mlir._lowerings[prim].rule``), for a rule of ours that wraps it (the
   public ``mlir.register_lowering`` replaces a rule, it gives no access to
-  the one replaced).  JAX 0.10-0.12."""
-  rule: Callable[..., Any] = _mlir._lowerings[prim].rule
+  the one replaced).  JAX 0.7 on keeps a record with the rule in
+  ``.rule``; 0.6 the rule itself."""
+  entry: Any = _mlir._lowerings[prim]
+  rule: Callable[..., Any] = getattr(entry, "rule", entry)
   return rule
 
 
@@ -445,10 +476,17 @@ def host_callbacks(module_context: Any) -> Sequence[Any]:
 # sharded operands (_lowering.py).  JAX 0.10-0.12; in 0.9 it annotates the
 # token (under Shardy, with results) replicated, which XLA refuses for a
 # side-effecting op, where 0.10 puts it on the results' device: done here
-# for every version.
+# for every version.  ``returns_token`` (from JAX 0.8; only TPU's lowering
+# reads it) is left out for a JAX without it.
+_EMIT_TAKES_RETURNS_TOKEN = "returns_token" in inspect.signature(
+    _callback.emit_python_callback).parameters
+
+
 def emit_python_callback(ctx: Any, callback: Any, token: Any,
                          operands: Any, operand_avals: Any,
                          result_avals: Any, **kwargs: Any) -> Any:
+  if not _EMIT_TAKES_RETURNS_TOKEN:
+    kwargs.pop("returns_token", None)
   results, token_out, keep = _callback.emit_python_callback(
       ctx, callback, token, operands, operand_avals, result_avals, **kwargs)
   sharding = kwargs.get("sharding")
@@ -646,8 +684,7 @@ TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
     ("callback.emit_python_callback",
      lambda: _has_params(_callback.emit_python_callback, "ctx", "callback",
                          "token", "operands", "operand_avals", "result_avals",
-                         "has_side_effect", "returns_token", "partitioned",
-                         "sharding")),
+                         "has_side_effect", "partitioned", "sharding")),
     ("callback._callback_op_sharding",
      lambda: _has_params(callback_op_sharding, "axis_context", "sharding",
                          "avals_out")),

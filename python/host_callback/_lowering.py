@@ -212,7 +212,7 @@ def _lower_shared(ctx: mlir.LoweringRuleContext, target: str,
   inner_ctx, operands = (_with_token(ctx, args) if ordered
                          else (ctx, tuple(args)))
   avals_in, avals_out = inner_ctx.avals_in, inner_ctx.avals_out
-  build = jax.ffi.build_ffi_lowering_function(
+  build = _jax.build_ffi_lowering_function(
       target, has_side_effect=has_side_effect,
       operand_output_aliases=operand_output_aliases)
   if _jax.use_shardy_partitioner():
@@ -264,7 +264,7 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
   ndevices = _sharded_devices(ctx)
   _pacing.mark(ctx.module_context)  # dispatched paced (_pacing.py)
   i32 = ShapedArray((), np.int32)
-  ordinal = jax.ffi.build_ffi_lowering_function("hcb_device_ordinal")(
+  ordinal = _jax.build_ffi_lowering_function("hcb_device_ordinal")(
       ctx.replace(avals_in=(), avals_out=(i32,))).results
   callback_id = int(callback_id)
   # hcb_device_ordinal gives the device's ordinal on its platform (a CUDA
@@ -328,7 +328,7 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
              for r, aval in zip(results, out_avals)]
   if target == "hcb_tap" or not results:
     return results
-  return jax.ffi.build_ffi_lowering_function(
+  return _jax.build_ffi_lowering_function(
       "hcb_sharded_check",
       operand_output_aliases={i: i for i in range(len(results))})(
           ctx.replace(avals_in=out_avals, avals_out=out_avals), *results,
@@ -403,7 +403,7 @@ def lower(ctx: mlir.LoweringRuleContext, target: str, args: Sequence[Any], *,
       sharding = _jax.SdyArrayList(
           (*cast(Any, sharding).shardings, token_sharding))
     ctx, args = _with_token(ctx, args)
-  op = jax.ffi.build_ffi_lowering_function(
+  op = _jax.build_ffi_lowering_function(
       target, has_side_effect=has_side_effect,
       operand_output_aliases=operand_output_aliases)(ctx, *args, **attributes)
   if sharding is not None:

@@ -273,7 +273,7 @@ class _Chainer:
       slots = _token_slots(op)
       if slots is not None:
         fresh = op.operands[slots[0]]
-        op.replace_uses_of_with(fresh, token)
+        _replace_operand(op, fresh, token)
         made = getattr(fresh.owner, "operation", fresh.owner)
         if (isinstance(made, ir.Operation) and
             made.name == "stablehlo.create_token" and
@@ -349,7 +349,7 @@ class _Chainer:
       value = op.operands[chosen]
       before = hlo.OptimizationBarrierOp(
           [token, value], ip=ir.InsertionPoint(op))
-      op.operation.replace_uses_of_with(value, before.results[1])
+      _replace_operand(op.operation, value, before.results[1])
     if not len(op.results):
       return token
     after = hlo.OptimizationBarrierOp(
@@ -383,7 +383,18 @@ class _Chainer:
 
 
 def _attributes(op: Any) -> dict[str, Any]:
-  return {name: op.attributes[name] for name in op.attributes}
+  # By index: iterating an operation's attributes gives their names from
+  # JAX 0.8's MLIR bindings on, NamedAttributes before.
+  named = [op.attributes[i] for i in range(len(op.attributes))]
+  return {n.name: n.attr for n in named}
+
+
+def _replace_operand(op: Any, old: Any, new: Any) -> None:
+  """Makes ``op`` use ``new`` where it used ``old`` (as MLIR's
+  replace_uses_of_with, which JAX's MLIR bindings have from 0.8 on)."""
+  for i, operand in enumerate(op.operands):
+    if operand == old:
+      op.operands[i] = new
 
 
 def chain_module(module: Any) -> None:

@@ -759,13 +759,16 @@ if not _jax.debug_two_call_form:
 
 # JAX's own where ours adds nothing: sharding inspection and the debugger
 # run no host callback of ours (breakpoint's is JAX's debug callback).
-from jax.debug import DebugEffect  # noqa: E402
-from jax.debug import OrderedDebugEffect  # noqa: E402
+DebugEffect = _jax.DebugEffect
+OrderedDebugEffect = _jax.OrderedDebugEffect
 from jax.debug import breakpoint  # noqa: E402  # pylint: disable=redefined-builtin
 from jax.debug import inspect_array_sharding  # noqa: E402
 from jax.debug import visualize_array_sharding  # noqa: E402
 from jax.debug import visualize_sharding  # noqa: E402
 
+# jax.debug's public names are those of the JAX this runs on (log from JAX
+# 0.8, OrderedDebugEffect from 0.9).
+__all__ = [name for name in __all__ if hasattr(jax.debug, name)]
 _PUBLIC = frozenset(__all__)
 
 

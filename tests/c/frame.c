@@ -86,6 +86,9 @@ static void
 fake_api_init(void)
 {
     fake_api.struct_size = sizeof fake_api;
+    fake_api.api_version.struct_size = XLA_FFI_Api_Version_STRUCT_SIZE;
+    fake_api.api_version.major_version = XLA_FFI_API_MAJOR;
+    fake_api.api_version.minor_version = XLA_FFI_API_MINOR;
     fake_api.XLA_FFI_Error_Create = fake_error_create;
     fake_api.XLA_FFI_Error_Destroy = fake_error_destroy;
     fake_api.XLA_FFI_DeviceOrdinal_Get = fake_device_ordinal;
@@ -203,25 +206,39 @@ tf_error_code(XLA_FFI_Error *e, char *msg, size_t cap)
 }
 
 int
-tf_probe(XLA_FFI_Handler *handler)
+tf_probe_as(XLA_FFI_Handler *handler, int api_minor, hcb_ffi_metadata *md)
 {
-    XLA_FFI_Metadata md;
+    XLA_FFI_Api api;
     XLA_FFI_Metadata_Extension ext;
     XLA_FFI_CallFrame frame;
 
-    memset(&md, 0, sizeof md);
     memset(&frame, 0, sizeof frame);
-    md.struct_size = XLA_FFI_Metadata_STRUCT_SIZE;
-    md.api_version.minor_version = -1;
+    md->struct_size = XLA_FFI_Metadata_STRUCT_SIZE;
+    md->api_version.minor_version = -1;
     ext.extension_base.struct_size = XLA_FFI_Metadata_Extension_STRUCT_SIZE;
     ext.extension_base.type = XLA_FFI_Extension_Metadata;
     ext.extension_base.next = NULL;
-    ext.metadata = &md;
+    ext.metadata = (XLA_FFI_Metadata *)md;
     frame.struct_size = sizeof frame;
     frame.extension_start = &ext.extension_base;
     frame.stage = XLA_FFI_ExecutionStage_EXECUTE;
+    if (api_minor > 1) { /* FFI 0.1 gives the probe no API */
+        pthread_once(&fake_api_once, fake_api_init);
+        api = fake_api;
+        api.api_version.minor_version = api_minor;
+        frame.api = &api;
+    }
     if (handler(&frame) != NULL)
         return -2;
-    return md.api_version.major_version == 0 ? md.api_version.minor_version
-                                             : -1;
+    return md->api_version.major_version == 0 ? md->api_version.minor_version
+                                              : -1;
+}
+
+int
+tf_probe(XLA_FFI_Handler *handler)
+{
+    hcb_ffi_metadata md;
+
+    memset(&md, 0, sizeof md);
+    return tf_probe_as(handler, XLA_FFI_API_MINOR, &md);
 }

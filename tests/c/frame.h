@@ -62,8 +62,15 @@ void tf_add_attr(test_frame *tf, const char *name, XLA_FFI_AttrType type,
 /* Reads and frees an error a handler returned (NULL: success -> 0). */
 int tf_error_code(XLA_FFI_Error *e, char *msg, size_t cap);
 
-/* Runs the metadata probe on `handler` and returns the minor version it
- * reported (or -1 if it did not answer). */
+/* Runs the metadata probe on `handler`, as XLA of the header built against
+ * does, and returns the minor version it reported (or -1 if it did not
+ * answer): TF_PROBE_MINOR. */
 int tf_probe(XLA_FFI_Handler *handler);
+#define TF_PROBE_MINOR                                                         \
+    (XLA_FFI_API_MINOR < HCB_FFI_API_MINOR ? XLA_FFI_API_MINOR                 \
+                                           : HCB_FFI_API_MINOR)
+/* The same as the XLA of FFI API 0.`api_minor` does (0.1 passes no API),
+ * filling `md`. */
+int tf_probe_as(XLA_FFI_Handler *handler, int api_minor, hcb_ffi_metadata *md);
 
 #endif

@@ -73,8 +73,9 @@ main()
     ext.extension_base.next = nullptr;
     ext.metadata = &md;
     frame.extension_start = &ext.extension_base;
+    // No XLA_FFI_Api in the frame, as XLA of FFI API 0.1 probes: 0.1.
     if (cxx_noop(&frame) != nullptr ||
-        md.api_version.minor_version != HCB_FFI_API_MINOR)
+        md.api_version.minor_version != HCB_FFI_API_MINOR_OLDEST)
         return 1;
     std::printf("C++: probe answered 0.%d\n", md.api_version.minor_version);
 #endif

@@ -105,7 +105,7 @@ static void
 test_answers_metadata_probe_with_0_3(void **state)
 {
     (void)state;
-    assert_int_equal(tf_probe(hcb_ffi_call), 3);
+    assert_int_equal(tf_probe(hcb_ffi_call), TF_PROBE_MINOR);
 }
 
 static void
@@ -316,7 +316,7 @@ test_device_ordinal_handler(void **state)
     test_frame tf;
 
     (void)state;
-    assert_int_equal(tf_probe(hcb_ffi_ordinal_handler), 3);
+    assert_int_equal(tf_probe(hcb_ffi_ordinal_handler), TF_PROBE_MINOR);
     tf_init(&tf);
     tf_add_ret(&tf, XLA_FFI_DataType_S32, &out, 0, NULL);
     test_device_ordinal = 7;

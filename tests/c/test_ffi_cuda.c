@@ -187,11 +187,11 @@ static void
 test_cuda_handlers_answer_the_metadata_probe(void **state)
 {
     (void)state;
-    assert_int_equal(tf_probe(hcb_ffi_tap_cuda), 3);
-    assert_int_equal(tf_probe(hcb_ffi_call_cuda), 3);
-    assert_int_equal(tf_probe(hcb_ffi_buffer_call_cuda), 3);
-    assert_int_equal(tf_probe(hcb_ffi_ordinal_handler_cuda), 3);
-    assert_int_equal(tf_probe(hcb_ffi_sharded_check_cuda), 3);
+    assert_int_equal(tf_probe(hcb_ffi_tap_cuda), TF_PROBE_MINOR);
+    assert_int_equal(tf_probe(hcb_ffi_call_cuda), TF_PROBE_MINOR);
+    assert_int_equal(tf_probe(hcb_ffi_buffer_call_cuda), TF_PROBE_MINOR);
+    assert_int_equal(tf_probe(hcb_ffi_ordinal_handler_cuda), TF_PROBE_MINOR);
+    assert_int_equal(tf_probe(hcb_ffi_sharded_check_cuda), TF_PROBE_MINOR);
 }
 
 /* The handler returns with the copy still queued on a busy stream, and

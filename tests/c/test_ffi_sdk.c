@@ -1,9 +1,12 @@
 /*
  * test_ffi_sdk.c - the C SDK for FFI handlers (include/hcb/ffi.h) on
  * hand-built call frames: typed operands and results, attributes of every
- * kind, the device and stream, and the handler wrapper.
+ * kind, the device and stream, the handler wrapper, and the FFI API version
+ * spoken with each XLA (ffi_version.h).
  */
 #include "testutil.h"
+
+#include <stddef.h>
 
 #include "frame.h"
 
@@ -377,8 +380,8 @@ test_handler_wrapper(void **state)
     test_frame tf;
 
     (void)state;
-    assert_int_equal(tf_probe(test_sum), HCB_FFI_API_MINOR);
-    assert_int_equal(tf_probe(test_forgetful), HCB_FFI_API_MINOR);
+    assert_int_equal(tf_probe(test_sum), TF_PROBE_MINOR);
+    assert_int_equal(tf_probe(test_forgetful), TF_PROBE_MINOR);
 
     tf_init(&tf);
     tf_add_arg(&tf, XLA_FFI_DataType_F32, x, 1, dims);
@@ -410,6 +413,126 @@ test_handler_wrapper(void **state)
     assert_string_equal(msg, "test_forgetful: failed with code 42");
 }
 
+/* ---- the FFI API version of the XLA that calls ------------------------- */
+
+static XLA_FFI_TypeId test_state_type = {42};
+static int test_state_value;
+
+static void
+test_state_free(void *state)
+{
+    (void)state;
+}
+
+/* A stateful handler: its INSTANTIATE stage sets a state. */
+static XLA_FFI_Error *
+test_stateful(XLA_FFI_CallFrame *frame)
+{
+    if (hcb_ffi_answer_probe_stateful(frame, 0, &test_state_type))
+        return NULL;
+    return hcb_ffi_state_set(frame, &test_state_type, &test_state_value,
+                             test_state_free);
+}
+
+/* What the fake XLA_FFI_State_Set read, in the layout of FFI 0.`layout`. */
+static struct {
+    int layout;
+    size_t struct_size;
+    XLA_FFI_ExecutionStage stage;
+    XLA_FFI_TypeId *type_id;
+    void *state;
+    void (*deleter)(void *);
+} set_seen;
+
+static XLA_FFI_Error *
+fake_state_set(XLA_FFI_State_Set_Args *args)
+{
+    const char *raw = (const char *)args;
+    size_t at = 3 * sizeof(void *); /* past struct_size, extension, ctx */
+
+    set_seen.struct_size = args->struct_size;
+    if (set_seen.layout >= 3) { /* 0.3 put the stage after the context */
+        memcpy(&set_seen.stage, raw + at, sizeof set_seen.stage);
+        at += sizeof(void *);
+    }
+    memcpy(&set_seen.type_id, raw + at, sizeof set_seen.type_id);
+    memcpy(&set_seen.state, raw + at + sizeof(void *), sizeof set_seen.state);
+    if (set_seen.layout == 1) /* 0.1 took the deleter with each state */
+        memcpy(&set_seen.deleter, raw + at + 2 * sizeof(void *),
+               sizeof set_seen.deleter);
+    /* The header built against reads its own layout the same way. */
+    if (set_seen.layout == XLA_FFI_API_MINOR) {
+        assert_ptr_equal(args->type_id, set_seen.type_id);
+        assert_ptr_equal(args->state, set_seen.state);
+    }
+    return NULL;
+}
+
+static void
+test_speaks_the_callers_ffi_version(void **state)
+{
+    /* XLA's own version, up to 0.3: JAX 0.6/0.7 (0.1) accept only 0.1, 0.8
+     * (0.2) at most 0.2, 0.11 and 0.12 (0.4, 0.5) accept 0.3. */
+    static const struct {
+        int api_minor, spoken;
+        size_t whole; /* XLA_FFI_State_Set_Args_STRUCT_SIZE of that version */
+    } cases[] = {
+        {1, 1, 6 * sizeof(void *)},
+        {2, 2, 5 * sizeof(void *)},
+        {3, 3, 6 * sizeof(void *)},
+        {5, 3, 6 * sizeof(void *)},
+    };
+    hcb_ffi_metadata md;
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        test_frame tf;
+        XLA_FFI_Api api;
+
+        memset(&md, 0xab, sizeof md);
+        assert_int_equal(tf_probe_as(test_stateful, cases[i].api_minor, &md),
+                         cases[i].spoken);
+        assert_int_equal(tf_probe_as(test_sum, cases[i].api_minor, &md),
+                         cases[i].spoken);
+        if (cases[i].spoken == 1) {
+            /* 0.1's metadata ends at the traits: nothing written past. */
+            const unsigned char *past =
+                (const unsigned char *)&md.state_type_id;
+
+            assert_int_equal(past[0], 0xab);
+            assert_int_equal(past[sizeof md.state_type_id - 1], 0xab);
+        } else {
+            assert_int_equal(
+                tf_probe_as(test_stateful, cases[i].api_minor, &md),
+                cases[i].spoken);
+            assert_int_equal(md.state_type_id.type_id, 42);
+            tf_probe_as(test_sum, cases[i].api_minor, &md);
+            assert_int_equal(md.state_type_id.type_id, 0); /* stateless */
+        }
+
+        /* The state, in the layout of the version spoken. */
+        tf_init(&tf);
+        api = *tf.frame.api;
+        api.api_version.minor_version = cases[i].api_minor;
+        api.XLA_FFI_State_Set = fake_state_set;
+        tf.frame.api = &api;
+        tf.frame.stage = XLA_FFI_ExecutionStage_INSTANTIATE;
+        memset(&set_seen, 0, sizeof set_seen);
+        set_seen.layout = cases[i].spoken;
+        set_seen.stage = XLA_FFI_ExecutionStage_EXECUTE;
+        assert_null(test_stateful(&tf.frame));
+        assert_true(set_seen.struct_size >= cases[i].whole);
+        assert_ptr_equal(set_seen.type_id, &test_state_type);
+        assert_ptr_equal(set_seen.state, &test_state_value);
+        if (cases[i].spoken == 1)
+            assert_true(set_seen.deleter == test_state_free);
+        if (cases[i].spoken >= 3)
+            assert_int_equal(set_seen.stage,
+                             XLA_FFI_ExecutionStage_INSTANTIATE);
+    }
+}
+
 int
 main(void)
 {
@@ -419,6 +542,7 @@ main(void)
         cmocka_unit_test(test_attributes_of_every_kind),
         cmocka_unit_test(test_device_and_stream),
         cmocka_unit_test(test_handler_wrapper),
+        cmocka_unit_test(test_speaks_the_callers_ffi_version),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

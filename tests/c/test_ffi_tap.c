@@ -64,7 +64,7 @@ static void
 test_answers_metadata_probe_with_0_3(void **state)
 {
     (void)state;
-    assert_int_equal(tf_probe(hcb_ffi_tap), 3);
+    assert_int_equal(tf_probe(hcb_ffi_tap), TF_PROBE_MINOR);
 }
 
 static void

@@ -26,9 +26,9 @@ def test_touchpoint_is_as_the_package_uses_it(name, check):
 def test_check_touchpoints_names_what_changed(monkeypatch):
   # A JAX that renamed a parameter of one touchpoint: the report names it.
   def emit_python_callback(ctx, callback, token, operands, operand_avals,
-                           result_avals, *, has_side_effect, sharding):
+                           result_avals, *, has_side_effect, sharded):
     del ctx, callback, token, operands, operand_avals, result_avals
-    del has_side_effect, sharding
+    del has_side_effect, sharded
 
   monkeypatch.setattr(_jax._callback, "emit_python_callback",
                       emit_python_callback)
@@ -37,7 +37,7 @@ def test_check_touchpoints_names_what_changed(monkeypatch):
   monkeypatch.setattr(_jax, "TOUCHPOINTS", touchpoints)
   (problem,) = _jax.check_touchpoints()
   assert "callback.emit_python_callback" in problem
-  assert "returns_token" in problem
+  assert "'partitioned', 'sharding'" in problem, problem
 
 
 def test_only_the_internals_module_imports_jax_src():

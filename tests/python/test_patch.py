@@ -302,13 +302,14 @@ def test_supported_jax_range_is_the_packages_dependency():
   jax_req = next(r for r in requires if r.split(">")[0].split("<")[0] == "jax")
   assert sorted(jax_req[3:].split(",")) == sorted(
       startup.SUPPORTED_JAX.split(","))
-  for version in ("0.9.2", "0.10.2", "0.11.2", "0.12.0.1", "0.12.9"):
+  for version in ("0.8.3", "0.9.2", "0.10.2", "0.11.2", "0.12.0.1",
+                  "0.12.9"):
     assert startup.jax_version_problem(version) is None, version
-  for version in ("0.9.1", "0.4.38", "0.13.0", "1.0.0", "0.13.0rc1"):
+  for version in ("0.8.2", "0.7.2", "0.4.38", "0.13.0", "1.0.0", "0.13.0rc1"):
     problem = startup.jax_version_problem(version)
     assert problem == (
         f"JAX {version} is installed; host_callback supports "
-        "jax>=0.9.2,<0.13 (install one of those, or unset "
+        "jax>=0.8.3,<0.13 (install one of those, or unset "
         "HOST_CALLBACK_PATCH)"), version
 
 
@@ -327,10 +328,10 @@ def test_patch_refuses_a_jax_outside_the_range_and_leaves_it_alone():
   assert done.returncode == 0, done.stderr
   assert done.stdout.splitlines() == [
       "host_callback.patch_jax(): JAX 0.4.38 is installed; host_callback "
-      "supports jax>=0.9.2,<0.13 (install one of those, or unset "
+      "supports jax>=0.8.3,<0.13 (install one of those, or unset "
       "HOST_CALLBACK_PATCH)",
       "host_callback.install_legacy_module(): JAX 0.4.38 is installed; "
-      "host_callback supports jax>=0.9.2,<0.13 (install one of those, or "
+      "host_callback supports jax>=0.8.3,<0.13 (install one of those, or "
       "unset HOST_CALLBACK_PATCH)",
       "jax._src.callback"]
 
@@ -342,7 +343,7 @@ def test_startup_hook_on_an_unsupported_jax_says_so_and_keeps_jax(capfd):
   assert capfd.readouterr().err == (
       "host_callback: HOST_CALLBACK_PATCH=jax not applied, JAX's callbacks "
       "stay: JAX 0.4.38 is installed; host_callback supports "
-      "jax>=0.9.2,<0.13 (install one of those, or unset "
+      "jax>=0.8.3,<0.13 (install one of those, or unset "
       "HOST_CALLBACK_PATCH)\n")
   assert jax.pure_callback is JAX_OWN[("jax", "pure_callback")]
 
@@ -565,5 +566,5 @@ def test_run_refuses_a_jax_outside_the_range(tmp_path):
   assert (done.returncode, done.stdout) == (2, ""), done.stderr
   assert done.stderr == (
       "python -m host_callback run: cannot patch: JAX 0.13.1 is installed; "
-      "host_callback supports jax>=0.9.2,<0.13 (install one of those, or "
+      "host_callback supports jax>=0.8.3,<0.13 (install one of those, or "
       "unset HOST_CALLBACK_PATCH)\n")
