@@ -177,15 +177,16 @@ pytest: install ## the Python tests on .venv
 # combination's, built against the oldest supported header (the first
 # combination's, JAX 0.8.3: FFI 0.2): a binary built against the oldest
 # header must register and run under the newest JAX.  Every test runs on
-# each; the few that repeat a scenario hundreds of times to catch a rare race
-# (an exit, a barrier) repeat it a fifth as often there
+# each but the benchmark harness's own (marked `bench`: make bench runs on
+# .venv alone); the few that repeat a scenario hundreds of times to catch a
+# rare race (an exit, a barrier) repeat it a fifth as often there
 # (HOST_CALLBACK_TEST_REPEAT, tests/python/conftest.py).
 MATRIX_REPEAT ?= 0.2
 pytest-matrix: $(addprefix pytest-,$(MATRIX)) ## the Python tests on every other supported combination
 
 pytest-py%: .venv-py%/.deps .venv-$(firstword $(MATRIX))/.deps setup
 	$(if $(filter py$*,$(lastword $(MATRIX))),HCB_XLA_INCLUDE_DIR=$(call FFI_INC,$(OLDEST_PY))) $(call PIP_INSTALL,.venv-py$*)
-	HOST_CALLBACK_TEST_REPEAT=$(MATRIX_REPEAT) .venv-py$*/bin/python $(PYTEST) tests/python
+	HOST_CALLBACK_TEST_REPEAT=$(MATRIX_REPEAT) .venv-py$*/bin/python $(PYTEST) -m "not bench" tests/python
 
 # `pip install .` as a user runs it: build isolation, a fresh venv, PyPI.
 # Its three tests run at once (much of their time is downloads).

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import jax
+import pytest
 
 import host_callback as hcb
 
@@ -41,6 +42,11 @@ def table_column(lines: list[str], column: int) -> list[str]:
               if not lines[i].startswith("|")), len(lines))
   return [row.strip("|").split("|")[column].strip()
           for row in lines[start + 2:end]]
+
+
+# make bench runs the harness on .venv alone: make test runs these tests
+# there, not on the other JAX versions (pyproject.toml's markers).
+pytestmark = pytest.mark.bench
 
 
 def test_smoke_run_writes_results_and_plots(tmp_path):
