@@ -61,7 +61,8 @@ _OWN_NAMES = ("jax", "jaxlib", "host_callback", "_host_callback_startup")
 
 def _jax_names() -> list[tuple[types.ModuleType, str, Any]]:
   """(JAX's module, name, host_callback's object) for every public name
-  that reaches one of JAX's callback APIs in JAX 0.10-0.12."""
+  that reaches one of JAX's callback APIs in the JAX installed
+  (``jax.debug.log`` from JAX 0.8)."""
   import jax.debug
   import jax.experimental
   import jax.experimental.buffer_callback as jax_buffer_callback
@@ -69,12 +70,13 @@ def _jax_names() -> list[tuple[types.ModuleType, str, Any]]:
   from host_callback import _buffer
   from host_callback import _dropins
   from host_callback import debug
+  log = [(jax.debug, "log", debug.log)] if hasattr(jax.debug, "log") else []
   return [
       (jax, "pure_callback", _dropins.pure_callback),
       (jax.experimental, "io_callback", _dropins.io_callback),
       (jax.debug, "callback", debug.callback),
       (jax.debug, "print", debug.print),
-      (jax.debug, "log", debug.log),
+      *log,
       (jax_buffer_callback, "buffer_callback", _buffer.buffer_callback),
       (jax_buffer_callback, "Buffer", _buffer.Buffer),
       (jax_buffer_callback, "ExecutionContext", _buffer.ExecutionContext),

@@ -17,6 +17,7 @@ from typing import Any
 
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "4")
 
+import jax  # noqa: E402
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -35,6 +36,14 @@ def repeats(n: int) -> int:
   """``n`` repetitions, scaled by ``HOST_CALLBACK_TEST_REPEAT``: at least
   one."""
   return max(1, round(n * REPEAT))
+
+
+# jax.debug.log is new in JAX 0.8: on an older JAX neither JAX's nor ours
+# exists (test_debug_namespace_is_jax_debugs checks that ours is absent
+# there), and a test of log has nothing to run.
+needs_debug_log = pytest.mark.skipif(
+    not hasattr(jax.debug, "log"),
+    reason="jax.debug.log is new in JAX 0.8 (and so is ours)")
 
 
 # Every dtype a callback carries without x64 (the 64-bit ones need x64 and

@@ -21,6 +21,8 @@ from jax.experimental import io_callback as jax_io_callback
 import host_callback as hcb
 from host_callback import debug as hdebug
 
+from conftest import needs_debug_log
+
 S = jax.ShapeDtypeStruct((3,), jnp.float32)
 
 
@@ -264,6 +266,7 @@ def log_records(caplog, mod, fn):
   return [r for r in caplog.records if r.name == "jax._src.debugging"]
 
 
+@needs_debug_log
 def test_log_of_plain_fields_is_formatted_in_c_with_jaxs_record(caplog):
   def run(mod):
     jax.jit(lambda x, i: mod.log("x={x} i={}", i, x=x))(

@@ -49,7 +49,9 @@ PATCHED = [
     (jax.experimental, "io_callback", hcb.io_callback),
     (jax.debug, "callback", hcb_debug.callback),
     (jax.debug, "print", hcb_debug.print),
-    (jax.debug, "log", hcb_debug.log),
+    # (jax.debug.log from JAX 0.8)
+    *([(jax.debug, "log", hcb_debug.log)] if hasattr(jax.debug, "log")
+      else []),
     (jax_buffer_callback, "buffer_callback", hcb.buffer_callback),
     (jax_buffer_callback, "Buffer", hcb.Buffer),
     (jax_buffer_callback, "ExecutionContext", hcb.ExecutionContext),
@@ -158,13 +160,13 @@ def test_patch_undo_leaves_a_name_someone_else_replaced():
   def theirs(*args, **kwargs):
     raise AssertionError("not called")
 
-  jax.debug.log = theirs
+  jax.debug.callback = theirs
   try:
     patch.undo()
-    assert jax.debug.log is theirs
+    assert jax.debug.callback is theirs
     assert jax.debug.print is JAX_OWN[("jax.debug", "print")]
   finally:
-    jax.debug.log = JAX_OWN[("jax.debug", "log")]
+    jax.debug.callback = JAX_OWN[("jax.debug", "callback")]
 
 
 def test_patch_from_many_threads_restores_exactly():
