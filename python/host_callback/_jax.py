@@ -105,10 +105,10 @@ _LOWERING_TAKES_MODULE_CONTEXT = len(inspect.signature(
 
 def no_mesh() -> Any:
   """A context without a mesh: ``jax.set_mesh(None)``, which JAX refuses
-  before 0.10 (0.6 has no ``jax.set_mesh``); there, the two thread-local values that ``set_mesh`` swaps
-  (config.abstract_mesh_context_manager and device_context), set to the
-  empty meshes.  Outside a trace only (``set_mesh`` refuses to run inside
-  one)."""
+  before 0.10 (0.6 has no ``jax.set_mesh``); there, the two thread-local
+  values that ``set_mesh`` swaps (config.abstract_mesh_context_manager and
+  device_context), set to the empty meshes.  Outside a trace only
+  (``set_mesh`` refuses to run inside one)."""
   if _SET_MESH_TAKES_NONE:
     return jax.set_mesh(None)
   return _NoMesh()
