@@ -15,7 +15,6 @@ MAIN := py3.11-jax0.10.2
 MATRIX := py3.11-jax0.8.3 py3.11-jax0.9.2 py3.12-jax0.11.2 py3.13-jax0.12.0.1
 VENV := .venv
 PY := $(VENV)/bin/python
-XLA_INC = $(shell $(PY) -c "import jax.ffi; print(jax.ffi.include_dir())")
 CMAKE_C = cmake -S . -G Ninja -DHCB_BUILD_TESTS=ON -DHCB_WERROR=ON -DPython_EXECUTABLE=$(abspath $(PY))
 C_SOURCES = include/hcb/*.h src/*/*.[ch] python/_hcb/*.[ch] tests/c/*.[ch] tests/c/*.cpp examples/*/*.c fuzz/*.c
 # Every command a recipe or a test runs comes from one of these, from Debian's
