@@ -304,7 +304,7 @@ static PyMethodDef buffer_methods[] = {
     {"__array__", (PyCFunction)(void (*)(void))buffer_array,
      METH_VARARGS | METH_KEYWORDS, "A numpy view of the buffer (no copy)."},
     {"__dlpack__", (PyCFunction)(void (*)(void))hcb_py_buffer_dlpack,
-     METH_VARARGS | METH_KEYWORDS,
+     METH_FASTCALL | METH_KEYWORDS,
      "A DLPack capsule viewing the buffer (DLPack 1.0 when max_version "
      "admits it: outputs writable, inputs read-only); on a GPU, `stream` "
      "(None, 1, 2, a cudaStream_t, or -1) is ordered after XLA's stream."},
@@ -414,75 +414,87 @@ buffer_release(hcb_py_buffer *b)
 /* ---- the call --------------------------------------------------------------
  */
 
-/* Wraps `n` arrays in Buffers, appended to `list`. */
+/* Wraps `n` arrays in Buffers, items `at`.. of the tuple `buffers`. */
 static int
-append_buffers(hcb_state *st, PyObject *list, const hcb_array *arrays, size_t n,
-               hcb_device device, int readonly, hcb_py_call_streams *streams)
+set_buffers(hcb_state *st, PyObject *buffers, Py_ssize_t at,
+            const hcb_array *arrays, size_t n, hcb_device device, int readonly,
+            hcb_py_call_streams *streams)
 {
     size_t i;
 
     for (i = 0; i < n; i++) {
         PyObject *b = buffer_new(st, &arrays[i], device, readonly, streams);
 
-        if (b == NULL || PyList_Append(list, b) < 0) {
-            Py_XDECREF(b);
+        if (b == NULL)
             return -1;
-        }
-        Py_DECREF(b);
+        PyTuple_SET_ITEM(buffers, at + (Py_ssize_t)i, b);
     }
     return 0;
 }
 
+/* `treedef`.unflatten(the items `from`..`to` of `buffers`). */
+static PyObject *
+unflatten(hcb_state *st, PyObject *treedef, PyObject *buffers, Py_ssize_t from,
+          Py_ssize_t to)
+{
+    PyObject *leaves = PyTuple_GetSlice(buffers, from, to), *v;
+
+    if (leaves == NULL)
+        return NULL;
+    v = PyObject_CallMethodOneArg(treedef, st->str_unflatten, leaves);
+    Py_DECREF(leaves);
+    return v;
+}
+
+/* callback(ctx, out, *args, **kwargs) with the Buffers `buffers` (the
+ * operands', then the results'). */
 static PyObject *
 call_callback(hcb_py_buffer_target *t, hcb_device device, PyObject *buffers,
               size_t nargs)
 {
     hcb_state *st = t->base.state;
-    PyObject *ins = NULL, *outs = NULL, *in_value = NULL, *out_value = NULL;
+    PyObject *in_value = NULL, *out_value = NULL, *pos = NULL, *kwargs = NULL;
     PyObject *dev = NULL, *ctx = NULL, *call_args = NULL, *result = NULL;
-    Py_ssize_t n = PyList_GET_SIZE(buffers), i, npos;
+    Py_ssize_t n = PyTuple_GET_SIZE(buffers), nin = (Py_ssize_t)nargs, i;
+    Py_ssize_t npos = nin;
 
-    ins = PyList_GetSlice(buffers, 0, (Py_ssize_t)nargs);
-    outs = PyList_GetSlice(buffers, (Py_ssize_t)nargs, n);
-    if (ins == NULL || outs == NULL)
-        goto done;
     /* The operands are the leaves of (args, kwargs). */
-    in_value = PyObject_CallMethodOneArg(t->in_treedef, st->str_unflatten, ins);
-    out_value =
-        PyObject_CallMethodOneArg(t->out_treedef, st->str_unflatten, outs);
-    if (in_value == NULL || out_value == NULL)
-        goto done;
-    if (!PyTuple_Check(in_value) || PyTuple_GET_SIZE(in_value) != 2 ||
-        !PyTuple_Check(PyTuple_GET_ITEM(in_value, 0)) ||
-        !PyDict_Check(PyTuple_GET_ITEM(in_value, 1))) {
-        PyErr_SetString(PyExc_TypeError,
-                        "buffer_callback: the operands do not unflatten to "
-                        "(args, kwargs)");
-        goto done;
+    if (t->nflat != nin) {
+        in_value = unflatten(st, t->in_treedef, buffers, 0, nin);
+        if (in_value == NULL)
+            goto done;
+        if (!PyTuple_Check(in_value) || PyTuple_GET_SIZE(in_value) != 2 ||
+            !PyTuple_Check(PyTuple_GET_ITEM(in_value, 0)) ||
+            !PyDict_Check(PyTuple_GET_ITEM(in_value, 1))) {
+            PyErr_SetString(PyExc_TypeError,
+                            "buffer_callback: the operands do not unflatten "
+                            "to (args, kwargs)");
+            goto done;
+        }
+        pos = PyTuple_GET_ITEM(in_value, 0);
+        npos = PyTuple_GET_SIZE(pos);
+        kwargs = PyTuple_GET_ITEM(in_value, 1);
     }
+    out_value = t->out_is_leaf && n - nin == 1
+                    ? Py_NewRef(PyTuple_GET_ITEM(buffers, nin))
+                    : unflatten(st, t->out_treedef, buffers, nin, n);
+    if (out_value == NULL)
+        goto done;
     dev = hcb_py_device_of(st, device);
     ctx = dev != NULL ? PyObject_CallOneArg(t->context_type, dev) : NULL;
     if (ctx == NULL)
         goto done;
-    npos = PyTuple_GET_SIZE(PyTuple_GET_ITEM(in_value, 0));
     call_args = PyTuple_New(npos + 2);
     if (call_args == NULL)
         goto done;
-    Py_INCREF(ctx);
-    PyTuple_SET_ITEM(call_args, 0, ctx);
-    Py_INCREF(out_value);
-    PyTuple_SET_ITEM(call_args, 1, out_value);
-    for (i = 0; i < npos; i++) {
-        PyObject *a = PyTuple_GET_ITEM(PyTuple_GET_ITEM(in_value, 0), i);
-
-        Py_INCREF(a);
-        PyTuple_SET_ITEM(call_args, i + 2, a);
-    }
-    result =
-        PyObject_Call(t->callback, call_args, PyTuple_GET_ITEM(in_value, 1));
+    PyTuple_SET_ITEM(call_args, 0, Py_NewRef(ctx));
+    PyTuple_SET_ITEM(call_args, 1, Py_NewRef(out_value));
+    for (i = 0; i < npos; i++)
+        PyTuple_SET_ITEM(
+            call_args, i + 2,
+            Py_NewRef(PyTuple_GET_ITEM(pos != NULL ? pos : buffers, i)));
+    result = PyObject_Call(t->callback, call_args, kwargs);
 done:
-    Py_XDECREF(ins);
-    Py_XDECREF(outs);
     Py_XDECREF(in_value);
     Py_XDECREF(out_value);
     Py_XDECREF(dev);
@@ -492,6 +504,77 @@ done:
 }
 
 /* ---- the site ------------------------------------------------------------ */
+
+/* The number of leaves of `treedef`, or -1 (no error set) if unknown. */
+static Py_ssize_t
+num_leaves(PyObject *treedef)
+{
+    PyObject *v = PyObject_GetAttrString(treedef, "num_leaves");
+    Py_ssize_t n = v != NULL && PyLong_Check(v) ? PyLong_AsSsize_t(v) : -1;
+
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return n;
+}
+
+/* The number of operands if the treedef of (args, kwargs) `treedef`
+ * unflattens leaves to (tuple of those leaves, {}) -- positional arrays
+ * only, the common case -- else -1.  Asked once, of placeholder leaves;
+ * the answer is only a shortcut, so a failure (cleared) means no. */
+static Py_ssize_t
+flat_operands(PyObject *treedef)
+{
+    Py_ssize_t n = num_leaves(treedef), i, flat = -1;
+    PyObject *leaves = n >= 0 ? PyList_New(n) : NULL, *v = NULL, *pos;
+
+    for (i = 0; leaves != NULL && i < n; i++) {
+        PyObject *leaf = PyLong_FromSsize_t(i);
+
+        if (leaf == NULL)
+            goto done;
+        PyList_SET_ITEM(leaves, i, leaf);
+    }
+    if (leaves == NULL ||
+        (v = PyObject_CallMethod(treedef, "unflatten", "O", leaves)) == NULL)
+        goto done;
+    if (!PyTuple_CheckExact(v) || PyTuple_GET_SIZE(v) != 2 ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(v, 0)) ||
+        !PyDict_CheckExact(PyTuple_GET_ITEM(v, 1)) ||
+        PyDict_GET_SIZE(PyTuple_GET_ITEM(v, 1)) != 0)
+        goto done;
+    pos = PyTuple_GET_ITEM(v, 0);
+    if (PyTuple_GET_SIZE(pos) != n)
+        goto done;
+    for (i = 0; i < n; i++)
+        if (PyTuple_GET_ITEM(pos, i) != PyList_GET_ITEM(leaves, i))
+            goto done;
+    flat = n;
+done:
+    Py_XDECREF(v);
+    Py_XDECREF(leaves);
+    PyErr_Clear();
+    return flat;
+}
+
+/* Whether `treedef` unflattens one leaf to that leaf itself; as above. */
+static int
+is_leaf(PyObject *treedef)
+{
+    PyObject *leaf, *v = NULL;
+    int yes;
+
+    if (num_leaves(treedef) != 1 ||
+        (leaf = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)) == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    v = PyObject_CallMethod(treedef, "unflatten", "[O]", leaf);
+    yes = v == leaf;
+    Py_XDECREF(v);
+    Py_DECREF(leaf);
+    PyErr_Clear();
+    return yes;
+}
 
 int
 hcb_py_buffer_site_read(hcb_py_buffer_target *t, PyObject *site)
@@ -511,7 +594,19 @@ hcb_py_buffer_site_read(hcb_py_buffer_target *t, PyObject *site)
     t->in_treedef = f[1];
     t->out_treedef = f[2];
     t->context_type = f[3];
+    t->nflat = flat_operands(f[1]);
+    t->out_is_leaf = is_leaf(f[2]);
     return 0;
+}
+
+/* The subject of the call's error messages, in `buf`; formatted on the
+ * error paths only, not at every call. */
+static const char *
+call_what(const hcb_py_buffer_target *t, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "host_callback.buffer_callback: callback '%s'",
+             t->base.name);
+    return buf;
 }
 
 int
@@ -531,40 +626,41 @@ hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
     int rc = HCB_OK;
     Py_ssize_t i;
 
-    snprintf(what, sizeof what, "host_callback.buffer_callback: callback '%s'",
-             t->base.name);
     if (hcb_py_gil_ensure(t->base.state, &gil) < 0)
         return hcb_error_set(err, HCB_ESTATE,
                              "%s not called: the Python interpreter is "
                              "shutting down",
-                             what);
+                             call_what(t, what, sizeof what));
     rc = hcb_py_target_enter(&t->base,
                              "host_callback.buffer_callback: callback", err);
     if (rc != HCB_OK) {
         hcb_py_gil_release(gil);
         return rc;
     }
-    buffers = PyList_New(0);
+    buffers = PyTuple_New((Py_ssize_t)(nargs + nresults));
     if (buffers != NULL &&
-        append_buffers(t->base.state, buffers, args, nargs, device, 1,
-                       &streams) == 0 &&
-        append_buffers(t->base.state, buffers, results, nresults, device, 0,
-                       &streams) == 0) {
+        set_buffers(t->base.state, buffers, 0, args, nargs, device, 1,
+                    &streams) == 0 &&
+        set_buffers(t->base.state, buffers, (Py_ssize_t)nargs, results,
+                    nresults, device, 0, &streams) == 0) {
         hcb_py_enter_call();
         result = call_callback(t, device, buffers, nargs);
         hcb_py_leave_call();
     }
-    /* XLA's memory is valid only until we return. */
-    for (i = 0; buffers != NULL && i < PyList_GET_SIZE(buffers); i++)
-        buffer_release((hcb_py_buffer *)PyList_GET_ITEM(buffers, i));
+    /* XLA's memory is valid only until we return.  (After a failure to
+     * make them, the items not made are NULL.) */
+    for (i = 0; buffers != NULL && i < PyTuple_GET_SIZE(buffers); i++)
+        if (PyTuple_GET_ITEM(buffers, i) != NULL)
+            buffer_release((hcb_py_buffer *)PyTuple_GET_ITEM(buffers, i));
     Py_XDECREF(buffers);
     /* XLA's later work (reading the results, or reusing the memory after a
      * failure) waits for what the consumers' streams do with it */
     joined = hcb_py_call_streams_join(&streams, &join_err);
     if (result == NULL) {
-        rc = hcb_py_raised(&t->base, what, err);
+        rc = hcb_py_raised(&t->base, call_what(t, what, sizeof what), err);
     } else if (joined != HCB_OK) {
-        rc = hcb_error_set(err, joined, "%s: %s", what, join_err.message);
+        rc = hcb_error_set(err, joined, "%s: %s",
+                           call_what(t, what, sizeof what), join_err.message);
     } else if (result != Py_None) {
         PyObject *exc;
 
@@ -572,7 +668,7 @@ hcb_py_buffer_call(void *user, hcb_device device, const hcb_array *args,
         hcb_error_set(err, HCB_EINVAL,
                       "buffer_callback callback must not return any values. "
                       "(%s returned a value)",
-                      what);
+                      call_what(t, what, sizeof what));
         exc = PyObject_CallFunction(PyExc_ValueError, "s", err->message);
         Py_XDECREF(hcb_py_hand_to_hook(&t->base, exc, 0));
         rc = HCB_EINVAL;

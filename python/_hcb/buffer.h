@@ -59,9 +59,10 @@ int hcb_py_buffer_check_valid(const hcb_py_buffer *b);
 /* The `shape` getter: a new tuple of ints. */
 PyObject *hcb_py_buffer_shape(PyObject *self, void *closure);
 
-/* dlpack.c: Buffer.__dlpack__ and Buffer.__dlpack_device__. */
-PyObject *hcb_py_buffer_dlpack(PyObject *self, PyObject *args,
-                               PyObject *kwargs);
+/* dlpack.c: Buffer.__dlpack__ (METH_FASTCALL | METH_KEYWORDS) and
+ * Buffer.__dlpack_device__. */
+PyObject *hcb_py_buffer_dlpack(PyObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames);
 PyObject *hcb_py_buffer_dlpack_device(PyObject *self, PyObject *unused);
 
 /* buffer_cuda.c */

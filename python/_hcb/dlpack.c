@@ -19,6 +19,7 @@
 #include "hcbpy.h"
 
 #include <numpy/arrayobject.h>
+#include <limits.h>
 #include <string.h>
 
 #include "buffer.h"
@@ -183,6 +184,23 @@ dl_type_of(const PyArray_Descr *d, dl_data_type *out)
     return 0;
 }
 
+/* `o` (an int, or what has __index__) as a C int: 0, or -1 with an
+ * exception set. */
+static int
+as_int(PyObject *o, int *out)
+{
+    long v = PyLong_AsLong(o);
+
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < INT_MIN || v > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "out of the range of a C int");
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
 /* Whether `dl_device` (None or a (type, id) tuple) is the Buffer's own
  * device (for a CPU Buffer, any kDLCPU id: it is all host memory): 0, or
  * -1 with BufferError (a Buffer cannot copy to another). */
@@ -194,9 +212,10 @@ check_dl_device(const hcb_py_buffer *b, PyObject *want)
 
     if (want == Py_None)
         return 0;
-    if (!PyTuple_Check(want) ||
-        !PyArg_ParseTuple(want, "ii;dl_device must be (type, id)", &type,
-                          &id)) {
+    /* By hand, not PyArg_ParseTuple: a consumer passes it at every call. */
+    if (!PyTuple_Check(want) || PyTuple_GET_SIZE(want) != 2 ||
+        as_int(PyTuple_GET_ITEM(want, 0), &type) < 0 ||
+        as_int(PyTuple_GET_ITEM(want, 1), &id) < 0) {
         PyErr_Format(PyExc_TypeError,
                      "__dlpack__: dl_device must be None or a (device type, "
                      "device id) tuple, got %R",
@@ -213,6 +232,55 @@ check_dl_device(const hcb_py_buffer *b, PyObject *want)
     return -1;
 }
 
+/* The arguments of __dlpack__, in this order, by position or by name. */
+static const char *const dlpack_names[] = {"stream", "max_version", "dl_device",
+                                           "copy"};
+#define DLPACK_NARGS 4
+
+/* Fills `out` (left as it is for an argument not given) from a vectorcall's
+ * arguments: 0, or -1 with TypeError.  By hand, as PyArg_Parse* would cost
+ * a consumer (from_dlpack passes keywords at every call) more than the
+ * export itself. */
+static int
+dlpack_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+            PyObject **out)
+{
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0, i;
+    int j;
+
+    if (nargs > DLPACK_NARGS) {
+        PyErr_Format(PyExc_TypeError,
+                     "__dlpack__() takes at most %d arguments (%zd given)",
+                     DLPACK_NARGS, nargs + nkw);
+        return -1;
+    }
+    for (i = 0; i < nargs; i++)
+        out[i] = args[i];
+    for (i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+
+        for (j = 0; j < DLPACK_NARGS; j++)
+            if (PyUnicode_CompareWithASCIIString(name, dlpack_names[j]) == 0)
+                break;
+        if (j == DLPACK_NARGS) {
+            PyErr_Format(PyExc_TypeError,
+                         "'%U' is an invalid keyword argument for "
+                         "__dlpack__()",
+                         name);
+            return -1;
+        }
+        if (j < nargs) {
+            PyErr_Format(PyExc_TypeError,
+                         "argument for __dlpack__() given by name ('%s') "
+                         "and position (%d)",
+                         dlpack_names[j], j + 1);
+            return -1;
+        }
+        out[j] = args[nargs + i];
+    }
+    return 0;
+}
+
 /* __dlpack__(stream=None, max_version=None, dl_device=None, copy=None):
  * a "dltensor_versioned" capsule (DLPack 1.0, inputs flagged read-only) when
  * max_version admits it, else a legacy "dltensor" one, of the Buffer's own
@@ -221,21 +289,22 @@ check_dl_device(const hcb_py_buffer *b, PyObject *want)
  * does this one.  `stream` is checked, and acted on, last: only a capsule
  * that is returned orders the consumer's stream. */
 PyObject *
-hcb_py_buffer_dlpack(PyObject *self, PyObject *args, PyObject *kwargs)
+hcb_py_buffer_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames)
 {
-    static char k_stream[] = "stream", k_max[] = "max_version",
-                k_dev[] = "dl_device", k_copy[] = "copy";
-    static char *kwlist[] = {k_stream, k_max, k_dev, k_copy, NULL};
     hcb_py_buffer *b = (hcb_py_buffer *)self;
-    PyObject *stream = Py_None, *max_version = Py_None, *dev = Py_None;
-    PyObject *copy = Py_None, *capsule;
+    PyObject *a[DLPACK_NARGS] = {Py_None, Py_None, Py_None, Py_None};
+    PyObject *stream, *max_version, *dev, *copy, *capsule;
     dl_holder *h;
     dl_tensor *t;
     int i, versioned, copying = 0;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOOO:__dlpack__", kwlist,
-                                     &stream, &max_version, &dev, &copy))
+    if (dlpack_args(args, nargs, kwnames, a) < 0)
         return NULL;
+    stream = a[0];
+    max_version = a[1];
+    dev = a[2];
+    copy = a[3];
     if (hcb_py_buffer_check_valid(b) < 0 || check_dl_device(b, dev) < 0)
         return NULL;
     if (copy != Py_None && (copying = PyObject_IsTrue(copy)) < 0)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from jax.sharding import PartitionSpec as P
 
 import host_callback as hcb
 from host_callback import _hcb as hcb_c
@@ -247,6 +248,25 @@ def test_dlpack_arguments_also_by_position_as_jax_takes_them():
     out = hcb_c.Buffer._test_view(np.ones(3, np.float32), device, True)
     capsule = out.__dlpack__(None, (1, 0))
     assert "dltensor_versioned" in repr(capsule)
+
+
+def test_dlpack_refuses_arguments_it_does_not_take_as_python_does():
+  out = hcb_c.Buffer._test_view(np.ones(3, np.float32), 0, True)
+  # every argument by name, and in its place
+  assert "dltensor_versioned" in repr(out.__dlpack__(
+      stream=None, max_version=(1, 0), dl_device=(1, 0), copy=False))
+  assert "dltensor_versioned" in repr(out.__dlpack__(None, (1, 0), (1, 0),
+                                                     False))
+  with pytest.raises(TypeError, match="'max_versions' is an invalid keyword"):
+    out.__dlpack__(max_versions=(1, 0))
+  with pytest.raises(TypeError, match=r"given by name \('stream'\) and "
+                     r"position \(1\)"):
+    out.__dlpack__(None, stream=None)
+  with pytest.raises(TypeError, match="takes at most 4 arguments"):
+    out.__dlpack__(None, None, None, None, None)
+  for device in ((1,), (1, "0"), [1, 0], (1, 2**40)):
+    with pytest.raises(TypeError, match="dl_device must be None or a"):
+      out.__dlpack__(dl_device=device)
 
 
 def test_a_copy_argument_without_a_truth_value_raises_its_own_error():
@@ -509,9 +529,9 @@ def test_operands_on_two_meshes_of_one_device_are_accepted():
   mesh_ab = jax.sharding.Mesh(devices, ("a", "b"))
   mesh_xy = jax.sharding.Mesh(devices, ("x", "y"))
   x = jax.device_put(jnp.full((4, 4), 2.0),
-                     jax.NamedSharding(mesh_ab, jax.P("a", "b")))
+                     jax.NamedSharding(mesh_ab, P("a", "b")))
   y = jax.device_put(jnp.full((4, 4), 3.0),
-                     jax.NamedSharding(mesh_xy, jax.P("x", "y")))
+                     jax.NamedSharding(mesh_xy, P("x", "y")))
   f = jax.jit(lambda x, y: hcb.buffer_callback(
       record, jax.ShapeDtypeStruct((4, 4), jnp.float32))(x * y))
   np.testing.assert_array_equal(f(x, y), np.full((4, 4), 7.0))
@@ -521,7 +541,7 @@ def test_operands_on_two_meshes_of_one_device_are_accepted():
 def test_a_buffer_callback_under_jit_over_sharded_operands_sees_them_whole():
   mesh = jax.make_mesh((2,), ("d",), devices=jax.devices()[:2])
   x = jax.device_put(jnp.arange(8.0, dtype=jnp.float32),
-                     jax.NamedSharding(mesh, jax.P("d")))
+                     jax.NamedSharding(mesh, P("d")))
 
   def double(ctx, out, v):
     np.asarray(out)[...] = np.asarray(v) * 2
