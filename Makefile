@@ -12,7 +12,7 @@ SHELL := /bin/bash
 # is the development environment (.venv), where everything runs; the others
 # run the Python test suite, each in .venv-<name>.
 MAIN := py3.11-jax0.10.2
-MATRIX := py3.11-jax0.8.3 py3.11-jax0.9.2 py3.12-jax0.11.2 py3.13-jax0.12.0.1
+MATRIX := py3.11-jax0.6.2 py3.11-jax0.7.2 py3.11-jax0.8.3 py3.11-jax0.9.2 py3.12-jax0.11.2 py3.13-jax0.12.0.1
 VENV := .venv
 PY := $(VENV)/bin/python
 CMAKE_C = cmake -S . -G Ninja -DHCB_BUILD_TESTS=ON -DHCB_WERROR=ON -DPython_EXECUTABLE=$(abspath $(PY))
@@ -119,7 +119,7 @@ ctest: build-c ## the C tests
 	ctest --test-dir build/c --output-on-failure
 
 # The same tests built against the oldest and the newest supported XLA FFI
-# headers (the first and the last combination's jaxlib, FFI API 0.2 and
+# headers (the first and the last combination's jaxlib, FFI API 0.1 and
 # 0.5) besides .venv's (0.3): what differs by header version
 # (include/hcb/ffi_version.h) is checked with each.
 FFI_INC = $$($(1) -c "import jax.ffi; print(jax.ffi.include_dir())")
@@ -172,10 +172,12 @@ pytest: install ## the Python tests on .venv
 	$(PY) $(PYTEST) tests/python
 
 # The Python suite on the other supported JAX versions, each with a package
-# built against its own jaxlib's XLA FFI header, but the last (newest)
-# combination's, built against the oldest supported header (the first
-# combination's, JAX 0.8.3: FFI 0.2): a binary built against the oldest
-# header must register and run under the newest JAX.  Every test runs on
+# built against its own jaxlib's XLA FFI header, but the last (newest) and
+# the first (oldest) combination's, built against each other's: a binary
+# built against the oldest supported header (JAX 0.6.2's, FFI 0.1) must
+# register and run under the newest JAX, and one built against the newest
+# (JAX 0.12's, FFI 0.5: what `pip install` with build isolation builds
+# against, whatever jaxlib is installed) under the oldest.  Every test runs on
 # each but the benchmark harness's own (marked `bench`: make bench runs on
 # .venv alone); the few that repeat a scenario hundreds of times to catch a
 # rare race (an exit, a barrier) repeat it a fifth as often there
@@ -183,8 +185,10 @@ pytest: install ## the Python tests on .venv
 MATRIX_REPEAT ?= 0.2
 pytest-matrix: $(addprefix pytest-,$(MATRIX)) ## the Python tests on every other supported combination
 
-pytest-py%: .venv-py%/.deps .venv-$(firstword $(MATRIX))/.deps setup
-	$(if $(filter py$*,$(lastword $(MATRIX))),HCB_XLA_INCLUDE_DIR=$(call FFI_INC,$(OLDEST_PY))) $(call PIP_INSTALL,.venv-py$*)
+pytest-py%: .venv-py%/.deps .venv-$(firstword $(MATRIX))/.deps .venv-$(lastword $(MATRIX))/.deps setup
+	$(if $(filter py$*,$(lastword $(MATRIX))),HCB_XLA_INCLUDE_DIR=$(call FFI_INC,$(OLDEST_PY))) \
+	  $(if $(filter py$*,$(firstword $(MATRIX))),HCB_XLA_INCLUDE_DIR=$(call FFI_INC,$(NEWEST_PY))) \
+	  $(call PIP_INSTALL,.venv-py$*)
 	HOST_CALLBACK_TEST_REPEAT=$(MATRIX_REPEAT) .venv-py$*/bin/python $(PYTEST) -m "not bench" tests/python
 
 # `pip install .` as a user runs it: build isolation, a fresh venv, PyPI.

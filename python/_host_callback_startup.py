@@ -37,8 +37,8 @@ LEGACY_NAME = "jax.experimental.host_callback"
 
 # The JAX releases host_callback supports: pyproject.toml's dependency on
 # jax (tests/python/test_patch.py checks that they agree).
-SUPPORTED_JAX = ">=0.8.3,<0.13"
-_LOW = (0, 8, 3)
+SUPPORTED_JAX = ">=0.6.2,<0.13"
+_LOW = (0, 6, 2)
 _HIGH = (0, 13)
 
 

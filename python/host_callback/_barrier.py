@@ -88,13 +88,14 @@ def wait_before_eager_callback(device: jax.Device) -> None:
 
 def eager_callback_context() -> contextlib.ExitStack:
   """The context in which JAX calls an eager debug callback, for ours:
-  the first CPU device as default device and no mesh, whatever the
-  caller's (``jax.set_mesh``, ``jax.default_device``).  The mesh is
-  left as it is under an eager ``vmap``/``grad`` (``jax.set_mesh``
-  refuses to run in a trace)."""
+  the first CPU device as default device whatever the caller's
+  (``jax.default_device``), and from JAX 0.8 on no mesh whatever the
+  caller's (``jax.set_mesh``; 0.6 and 0.7 keep it).  The mesh is left as
+  it is under an eager ``vmap``/``grad`` (``jax.set_mesh`` refuses to run
+  in a trace)."""
   stack = contextlib.ExitStack()
   stack.enter_context(jax.default_device(jax.local_devices(backend="cpu")[0]))
-  if _jax.trace_state_clean():
+  if _jax.eager_debug_callback_clears_mesh and _jax.trace_state_clean():
     stack.enter_context(_jax.no_mesh())
   return stack
 

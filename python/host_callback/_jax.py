@@ -6,12 +6,12 @@ control flow) nor to pin a Python callback to one device of an SPMD
 program, so the package uses a few internals.  No other module imports
 ``jax._src``.  Each touchpoint below says what it is, why it is needed, and
 which JAX versions have it: every one is present, as used here, in JAX
-0.8.3, 0.9.2, 0.10.2, 0.11.2 and 0.12.0.1 (the versions ``make test``
-runs).  Where an older JAX differs from 0.10 on, the touchpoint is a
-function (or a value) that picks the form this JAX has, found from JAX's
-own signatures or names (one, which neither shows, from its version
-number).  Some also pick the forms of JAX 0.6 and 0.7, which are not
-supported yet (their suites do not pass): the next step back.
+0.6.2, 0.7.2, 0.8.3, 0.9.2, 0.10.2, 0.11.2 and 0.12.0.1 (the versions
+``make test`` runs).  Where an older JAX differs from 0.10 on, the
+touchpoint is a function (or a value) that picks the form this JAX has,
+found from JAX's own signatures or names; the few differences of
+behaviour that neither shows are chosen by JAX's version number, each
+said where it is set.
 
 :func:`check_touchpoints` checks each one's shape (that the names exist and
 take the arguments we pass); tests/python/test_jax_internals.py runs it, so
@@ -26,6 +26,8 @@ Everything public that the package uses (``jax.extend.core.Primitive``,
 from __future__ import annotations
 
 import inspect
+import sys
+import types
 from typing import Any, Callable, Sequence, cast
 
 import jax
@@ -64,6 +66,10 @@ pure_callback_vectorized: inspect.Parameter | None = inspect.signature(
 debug_two_call_form: bool = inspect.signature(
     _debugging.debug_callback).parameters["callback"].default is not (
         inspect.Parameter.empty)
+# jax.debug.print's ``skip_format_check``: from JAX 0.7 (0.6 checks every
+# format, and a keyword of that name is one more argument of the format).
+debug_print_skip_format_check: bool = "skip_format_check" in (
+    inspect.signature(_debugging.debug_print).parameters)
 
 # jax.ffi.build_ffi_lowering_function: an FFI custom call's MLIR op; public
 # from JAX 0.7, in jax._src.ffi in 0.6.
@@ -92,8 +98,14 @@ def register_ffi_state_type(name: str, capsules: dict[str, Any],
 # JAX refuses a callback's result in the other byte order from 0.10 on
 # ("Dtype >f4 is not a valid JAX array type"); 0.9 reports its dtype as any
 # other that is not the one declared.  No signature shows it: the one
-# difference chosen by JAX's version.
+# difference chosen by JAX's version (with the one below).
 refuses_byte_swapped_results: bool = jax.__version_info__ >= (0, 10)
+
+# JAX calls an eager debug callback without the caller's mesh from 0.8 on;
+# 0.6 and 0.7 call it inside the caller's ``jax.set_mesh`` (both with the
+# first CPU device as the default device).  A behaviour, not a signature:
+# chosen by JAX's version.
+eager_debug_callback_clears_mesh: bool = jax.__version_info__ >= (0, 8)
 
 # Where a touchpoint's form changed in JAX 0.10, which one this JAX has.
 # (JAX 0.6 has no jax.set_mesh at all.)
@@ -151,7 +163,7 @@ def generic_lowering(prim: Any) -> Callable[..., Any]:
 
 # dispatch.apply_primitive(prim, *args, **params): runs one primitive
 # outside jit by compiling it alone; what JAX's own primitives use as their
-# impl rule.  JAX 0.10-0.12.
+# impl rule.  JAX 0.6-0.12.
 apply_primitive: Callable[..., Any] = _dispatch.apply_primitive
 
 
@@ -161,7 +173,7 @@ def forget_runtime_tokens() -> None:
   dispatch.runtime_tokens (a RuntimeTokenSet with ``clear()``): a token of a
   failed computation holds an error that ``jax.effects_barrier`` raises
   again, and at exit.  barrier_wait has recorded that error already.
-  JAX 0.10-0.12.
+  JAX 0.6-0.12.
   """
   _dispatch.runtime_tokens.clear()
 
@@ -175,7 +187,7 @@ def output_runtime_tokens() -> list[Any]:
   ``jax.effects_barrier`` waits for them, but only in the thread that
   dispatched.  A callback's id is released by another thread, which waits
   for the computations its last program had started (_registry.py).
-  JAX 0.10-0.12.
+  JAX 0.6-0.12.
   """
   return list(_dispatch.runtime_tokens.output_runtime_tokens.values())
 
@@ -184,7 +196,7 @@ def output_runtime_tokens() -> list[Any]:
 
 # core.trace_state_clean(): whether this thread is at JAX's top level: no
 # trace in progress (jit, vmap, grad, ...), primitives are evaluated now.
-# jax.set_mesh refuses to run otherwise.  JAX 0.10-0.12.
+# jax.set_mesh refuses to run otherwise.  JAX 0.6-0.12.
 trace_state_clean: Callable[[], bool] = _core.trace_state_clean
 # ---- dispatch of a compiled program (_pacing.py) ------------------------------
 
@@ -197,7 +209,7 @@ trace_state_clean: Callable[[], bool] = _core.trace_state_clean
 # MeshExecutable.create_cpp_call); any other callable is called on every
 # dispatch, by JAX's Python path.  ExecuteReplicated.__call__ of a program
 # with host callbacks sets dispatch.runtime_tokens.output_runtime_tokens
-# (see output_runtime_tokens).  JAX 0.10-0.12.
+# (see output_runtime_tokens).  JAX 0.6-0.12.
 _Unloaded: Any = _pxla.UnloadedMeshExecutable
 _jax_build_unsafe_call: Callable[[Any], Any] = _Unloaded.build_unsafe_call
 
@@ -238,7 +250,7 @@ def _check_program_calls() -> str | None:
 # pxla._cached_lowering_to_hlo reports around lowering a program to MLIR:
 # record_scalar at its start, record_event_duration_secs at its end (before
 # the module is compiled).  _order.py rewrites the module then.
-# JAX 0.10-0.12.
+# JAX 0.6-0.12.
 LOWERING_EVENT: str = _dispatch.JAXPR_TO_MLIR_MODULE_EVENT
 
 
@@ -247,14 +259,14 @@ def has_monitoring_listeners(on_start: Callable[..., Any],
   """Whether both listeners are registered with jax.monitoring
   (monitoring._scalar_listeners and get_event_duration_listeners(); a user
   may clear them with jax.monitoring.clear_event_listeners).
-  JAX 0.10-0.12."""
+  JAX 0.6-0.12."""
   return (on_start in _monitoring._scalar_listeners and
           on_end in _monitoring.get_event_duration_listeners())
 
 
 # core.abstract_token: the abstract value of a token, for the token operand
 # and result of ordered callbacks.  Public as jax.ffi.abstract_token from
-# JAX 0.11 (jax.core.abstract_token, deprecated, in 0.10).  JAX 0.10-0.12.
+# JAX 0.11 (jax.core.abstract_token, deprecated, in 0.10).  JAX 0.6-0.12.
 abstract_token: Any = _core.abstract_token
 
 
@@ -268,7 +280,7 @@ abstract_token: Any = _core.abstract_token
 # fast dispatch), so host_callback adds its own wait.  The instance is a
 # threading.local, whose attributes are per thread: the method is replaced
 # on the class, so every thread's effects_barrier goes through it, whichever
-# way the caller imported effects_barrier.  JAX 0.10-0.12.
+# way the caller imported effects_barrier.  JAX 0.6-0.12.
 _TokenSet: Any = _dispatch.RuntimeTokenSet
 _jax_block_until_ready: Callable[[Any], None] = _TokenSet.block_until_ready
 
@@ -312,7 +324,7 @@ def _check_effects_barrier() -> str | None:
 # effects.Effect and the sets of effect types allowed in lowering, in
 # control flow (cond, while, scan), in remat, in custom_jvp/custom_vjp, and
 # kept by partial evaluation.  A tap bound by differentiation rules carries
-# an effect so that differentiation keeps it (_tap.py).  JAX 0.10-0.12.
+# an effect so that differentiation keeps it (_tap.py).  JAX 0.6-0.12.
 Effect = _effects.Effect
 
 
@@ -332,7 +344,7 @@ def allow_effect_everywhere(effect_type: type) -> None:
 # partial_eval_jaxpr_custom_rules[prim] = rule(saveable, unks_in, inst_in,
 # eqn): how remat splits a primitive between the forward and the backward
 # pass; ensure_enum(policy result) and SaveableType interpret the remat
-# policy's answer.  JAX 0.10-0.12.
+# policy's answer.  JAX 0.6-0.12.
 partial_eval_jaxpr_custom_rules: dict[Any, Any] = (
     _pe.partial_eval_jaxpr_custom_rules)
 ensure_enum: Callable[[Any], Any] = _pe.ensure_enum
@@ -343,7 +355,7 @@ SaveableType: type = _pe.SaveableType
 # under them) stages a primitive; trace.default_process_primitive(prim,
 # tracers, params) is what it does without a rule.  JaxprTrace keeps only the
 # staged equations that its outputs reach, or that carry an effect of
-# partial_eval_kept_effects.  JAX 0.10-0.12.
+# partial_eval_kept_effects.  JAX 0.6-0.12.
 custom_partial_eval_rules: dict[Any, Any] = _pe.custom_partial_eval_rules
 
 # ---- dead-code elimination ----------------------------------------------------
@@ -352,7 +364,7 @@ custom_partial_eval_rules: dict[Any, Any] = _pe.custom_partial_eval_rules
 # new eqn or None).  JAX 0.12 added the middle argument (which inputs are
 # live); rules here take *args and find the equation last.  A primitive
 # without a rule uses _default_dce_rule, which removes an equation whose
-# outputs are unused unless it has an effect.  JAX 0.10-0.12.
+# outputs are unused unless it has an effect.  JAX 0.6-0.12.
 dce_rules: dict[Any, Callable[..., Any]] = _pe.dce_rules
 default_dce_rule: Callable[..., Any] = _pe._default_dce_rule
 
@@ -361,7 +373,7 @@ default_dce_rule: Callable[..., Any] = _pe._default_dce_rule
 # batching.fancy_primitive_batchers[cond_p] = rule(axis_data, args, dims, *,
 # branches, **params): vmap of lax.cond; with a batched predicate it runs
 # both branches and selects.  jax.interpreters.batching re-exports the
-# registry.  JAX 0.10-0.12.
+# registry.  JAX 0.6-0.12.
 fancy_primitive_batchers: dict[Any, Callable[..., Any]] = (
     _batching.fancy_primitive_batchers)
 
@@ -374,13 +386,13 @@ fancy_primitive_batchers: dict[Any, Callable[..., Any]] = (
 # iteration: in the loop's condition and again in its body, for the mask
 # that keeps finished elements (_containers.py).  The rule receives an
 # interpreters.batching.AxisData (name, size, spmd_name,
-# explicit_mesh_axis), read by vmap_axis.  JAX 0.10-0.12.
+# explicit_mesh_axis), read by vmap_axis.  JAX 0.6-0.12.
 
 
 # batching.batch_jaxpr(closed_jaxpr, axis_data, in_batched, instantiate) ->
 # (batched ClosedJaxpr, out_batched): which outputs of a jaxpr are batched
 # when the given inputs are; what JAX's while batching rule uses to find
-# whether the predicate is batched.  JAX 0.10-0.12.
+# whether the predicate is batched.  JAX 0.6-0.12.
 batch_jaxpr: Callable[..., Any] = _jax_batching.batch_jaxpr
 
 
@@ -392,17 +404,48 @@ def vmap_axis(axis_data: Any) -> tuple[Any, int, Any, Any]:
           getattr(axis_data, "explicit_mesh_axis", None))
 
 
+# JAX 0.6 and 0.7 trace the function of a ``pmap`` in
+# pxla.stage_parallel_callable(pci, fun), with the map's axis in the axis
+# env, beside vmap's and nothing to tell them apart; from 0.8 on ``pmap``
+# traces through ``shard_map``, whose axes are the abstract mesh's manual
+# axes.  So there the staging call's frame says that a pmap is tracing,
+# and its ``pci.global_axis_size`` how many devices it spans.
+_PMAP_STAGING: Any = (None if jax.__version_info__ >= (0, 8)
+                      else getattr(_pxla, "stage_parallel_callable"))
+
+
+def pmap_devices_tracing() -> int:
+  """How many devices the ``pmap``s of JAX 0.6 or 0.7 that are tracing the
+  running code span together (1 where none is, and always from 0.8 on:
+  see :func:`jax.sharding.get_abstract_mesh`'s manual axes instead)."""
+  if _PMAP_STAGING is None:
+    return 1
+  devices = 1
+  frame: types.FrameType | None = sys._getframe(1)  # pylint: disable=protected-access
+  while frame is not None:
+    if frame.f_code is _PMAP_STAGING.__code__:
+      devices *= frame.f_locals["pci"].global_axis_size
+    frame = frame.f_back
+  return devices
+
+
+def _check_pmap_staging() -> str | None:
+  if _PMAP_STAGING is None:
+    return None
+  return _has_params(_PMAP_STAGING, "pci", "fun")
+
+
 # ---- lowering under SPMD partitioning -----------------------------------------
 
 # The lowering context's axis_context is a sharding_impls.ShardingContext
 # (jit over sharded operands: num_devices) or SPMDAxisContext (shard_map,
-# manual axes).  JAX 0.10-0.12.
+# manual axes).  JAX 0.6-0.12.
 ShardingContext = _sharding_impls.ShardingContext
 SPMDAxisContext = _sharding_impls.SPMDAxisContext
 
 # Shardy's sharding annotations: SdyArrayList(shardings), SdyArray(mesh_shape,
 # dim_shardings, logical_device_ids=...), SdyDim(axes, is_open).  The GSPMD
-# partitioner's annotation is xla_client.OpSharding.  JAX 0.10-0.12.
+# partitioner's annotation is xla_client.OpSharding.  JAX 0.6-0.12.
 SdyArrayList: type = _sharding_impls.SdyArrayList
 SdyArray: type = _sharding_impls.SdyArray
 SdyDim: type = _sharding_impls.SdyDim
@@ -426,7 +469,7 @@ def build_sdy(shardings: Any, module_context: Any) -> Any:
 
 # mlir.wrap_with_sharding_op(ctx, value, aval, sharding) and
 # mlir.set_sharding(module_context, op, sharding): annotate an MLIR value or
-# op with a sharding.  Not re-exported by jax.interpreters.mlir in 0.10-0.12.
+# op with a sharding.  Not re-exported by jax.interpreters.mlir in 0.6-0.12.
 wrap_with_sharding_op: Callable[..., Any] = _mlir.wrap_with_sharding_op
 
 
@@ -441,7 +484,7 @@ def set_sharding(module_context: Any, op: Any, sharding: Any) -> None:
 # mlir.wrap_with_full_to_shard_op / wrap_with_shard_to_full_op(ctx, value,
 # aval, sharding): the GSPMD partitioner's way into and out of a region
 # where every device computes on its own (MANUAL), as JAX's shard_map
-# lowers without Shardy.  JAX 0.10-0.12.
+# lowers without Shardy.  JAX 0.6-0.12.
 wrap_with_full_to_shard_op: Callable[..., Any] = (
     _mlir.wrap_with_full_to_shard_op)
 wrap_with_shard_to_full_op: Callable[..., Any] = (
@@ -450,7 +493,7 @@ wrap_with_shard_to_full_op: Callable[..., Any] = (
 # dispatch.prim_requires_devices_during_lowering: primitives whose lowering
 # is given the computation's devices (ShardingContext.device_assignment),
 # as JAX's pure_callback and io_callback are: a callback under jit over
-# sharded operands names the device that runs it.  JAX 0.10-0.12.
+# sharded operands names the device that runs it.  JAX 0.6-0.12.
 prim_requires_devices_during_lowering: set[Any] = (
     _dispatch.prim_requires_devices_during_lowering)
 
@@ -459,7 +502,7 @@ prim_requires_devices_during_lowering: set[Any] = (
 # runs a program that has any with runtime tokens, one per device, that
 # tell when each run has finished (pxla.ExecuteReplicated,
 # has_host_callbacks), which the pacing under jit over sharded operands
-# waits on (_lowering._with_runtime_tokens).  JAX 0.10-0.12.
+# waits on (_lowering._with_runtime_tokens).  JAX 0.6-0.12.
 def add_host_callback(module_context: Any, callback: Any) -> None:
   module_context.add_host_callback(callback)
 
@@ -473,7 +516,7 @@ def host_callbacks(module_context: Any) -> Sequence[Any]:
 # sharding): JAX's own lowering of a Python callback -- the only custom call
 # whose single-device (maximal) sharding XLA's Shardy partitioner keeps, so
 # the one way to run a callback once, on one chosen device, under jit over
-# sharded operands (_lowering.py).  JAX 0.10-0.12; in 0.9 it annotates the
+# sharded operands (_lowering.py).  JAX 0.6-0.12; before 0.10 it annotates the
 # token (under Shardy, with results) replicated, which XLA refuses for a
 # side-effecting op, where 0.10 puts it on the results' device: done here
 # for every version.  ``returns_token`` (from JAX 0.8; only TPU's lowering
@@ -501,8 +544,15 @@ def emit_python_callback(ctx: Any, callback: Any, token: Any,
 
 # callback._callback_op_sharding(axis_context, sharding, avals_out): the
 # sharding JAX gives its own callbacks inside shard_map (MANUAL).
-# JAX 0.10-0.12.
+# JAX 0.6-0.12.
 callback_op_sharding: Callable[..., Any] = _callback._callback_op_sharding
+
+
+# JAX 0.6's XLA (Shardy opt-in there) refuses a manual computation whose
+# only result is a token ("expected the first use of
+# @xla.sdy.manual_computation_body to be by a xla.sdy.LocalToGlobalShape");
+# 0.7's takes it.  Found by version: no signature shows it.
+shardy_region_needs_a_value: bool = jax.__version_info__ < (0, 7)
 
 
 def use_shardy_partitioner() -> bool:
@@ -644,6 +694,8 @@ TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
     ("batching.batch_jaxpr", _check_batch_jaxpr),
     ("batching.AxisData (name, size, spmd_name, explicit_mesh_axis)",
      _check_axis_data),
+    ("pxla.stage_parallel_callable (pmap's tracing, JAX 0.6 and 0.7)",
+     _check_pmap_staging),
     ("sharding_impls.ShardingContext",
      lambda: _has_params(ShardingContext, "num_devices")),
     ("sharding_impls.SdyArray",

@@ -146,6 +146,15 @@ def _shared_here(ctx: mlir.LoweringRuleContext) -> bool:
   return bool(devices) and all(d.process_index == here for d in devices)
 
 
+def _region_refused(ctx: mlir.LoweringRuleContext) -> bool:
+  """Whether this JAX's XLA refuses the region of :func:`_lower_shared`:
+  JAX 0.6's, under Shardy (opt-in there), for a callback that returns
+  nothing but its token.  Such a callback takes JAX's Python callback
+  there, as one of another process's devices does."""
+  return (_jax.shardy_region_needs_a_value and not ctx.avals_out
+          and _jax.use_shardy_partitioner())
+
+
 def _no_host_callback() -> None:
   """What the program registers with JAX as a host callback (see
   :func:`_with_runtime_tokens`); never called."""
@@ -385,7 +394,7 @@ def lower(ctx: mlir.LoweringRuleContext, target: str, args: Sequence[Any], *,
           f"{ndevices} devices (it would write one device's buffers and "
           "leave the others' results unset); call it inside jax.shard_map, "
           "where each device runs it on its own buffers")
-    if partitioned or not _shared_here(ctx):
+    if partitioned or not _shared_here(ctx) or _region_refused(ctx):
       return _lower_through_python(
           ctx, target, args, what=what, has_side_effect=has_side_effect,
           device_index=device_index, partitioned=partitioned, **attributes)

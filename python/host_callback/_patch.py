@@ -298,9 +298,9 @@ def install_legacy_module() -> Patch:
   removed module's API (``id_tap``, ``id_print``, ``call``,
   ``barrier_wait``, ``stop_outfeed_receiver``, ``CallbackException``,
   ``TapFunctionException``, ``CallbackFlavor``), host_callback's objects.
-  No supported JAX has a module of that name; what was there (an entry
-  in ``sys.modules``, an attribute of ``jax.experimental``) comes back
-  with the last undo.
+  What was there comes back with the last undo: nothing from JAX 0.8 on;
+  before, JAX's own module of that name (whose functions raise), or
+  nothing if it had not been imported.
 
   Returns:
     The :class:`Patch` (``undo()``, or a ``with`` block).

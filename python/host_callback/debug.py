@@ -27,7 +27,8 @@ from the ``transforms`` the tap receives:
   ``jax.Array`` closed over in a jitted function is printed by every
   execution, not once at trace time) the function is called at once,
   synchronously, as JAX's eager debug callbacks are, in JAX's context for
-  them (default device the first CPU device, no mesh), once the
+  them (default device the first CPU device, no mesh from JAX 0.8 on,
+  the caller's before), once the
   callbacks issued before it on its device have run (an eager ``vmap`` taps
   the batched values, then calls a function of unbatched ones eagerly: its
   text comes after theirs, as in JAX); it gets ``jax.Array``s on the CPU
@@ -722,7 +723,7 @@ def _print_api(fmt: str | None, args: tuple[Any, ...],
 
 
 
-# ---- the forms of JAX 0.9 ----------------------------------------------------
+# ---- the forms of JAX 0.6 to 0.9 ---------------------------------------------
 
 # JAX 0.9's jax.debug.callback and print take the function and the format
 # as required arguments, with no two-call form (JAX 0.10 added it): the
@@ -753,6 +754,20 @@ if not _jax.debug_two_call_form:
   for _new, _old in ((callback, _callback_two_forms), (print, _print_two_forms),
                      (log, _log_two_forms)):
     _new.__doc__ = _old.__doc__
+
+# JAX 0.6's jax.debug.print has no skip_format_check (0.7 added it): there
+# every format is checked, and a keyword argument of that name is one of
+# the format's, as in JAX.
+if not _jax.debug_print_skip_format_check:
+  _print_skipping_check = print
+
+  def print(fmt: str, *args: Any, ordered: bool = False,  # type: ignore[misc]  # noqa: F811  # pylint: disable=redefined-builtin
+            partitioned: bool = False, **kwargs: Any) -> None:
+    return _print_api(fmt, args, kwargs, ordered=ordered,
+                      partitioned=partitioned, skip_format_check=False,
+                      use_logging=False)
+
+  print.__doc__ = _print_skipping_check.__doc__
 
 
 # ---- the namespace: jax.debug's ----------------------------------------------

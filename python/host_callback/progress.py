@@ -69,6 +69,7 @@ from jax import lax
 
 from host_callback import _args
 from host_callback import _barrier
+from host_callback import _jax
 from host_callback import _sites
 from host_callback._tap import Delivery
 from host_callback._tap import tap
@@ -426,10 +427,13 @@ def _on_several_devices() -> bool:
   own copy (``pmap``, ``shard_map``): the mesh's manual axes, known when
   the loop is traced, span more than one device.  Each device's bar then
   names its device from the start (deciding it when a second device's
-  bar appears left the first bar unnamed when it had closed by then)."""
+  bar appears left the first bar unnamed when it had closed by then).
+  A ``pmap`` of JAX 0.6 or 0.7 is no ``shard_map``: its devices are found
+  apart."""
   mesh = jax.sharding.get_abstract_mesh()
   manual = getattr(mesh, "manual_axes", ())
-  return bool(manual) and int(np.prod([mesh.shape[a] for a in manual])) > 1
+  devices = int(np.prod([mesh.shape[a] for a in manual]))
+  return devices * _jax.pmap_devices_tracing() > 1
 
 
 def _spec(n: int | None, print_rate: int | None, tqdm_type: str,

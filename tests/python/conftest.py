@@ -7,6 +7,7 @@ The test session has 4 CPU devices (set before JAX initialises)."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import subprocess
@@ -44,6 +45,47 @@ def repeats(n: int) -> int:
 needs_debug_log = pytest.mark.skipif(
     not hasattr(jax.debug, "log"),
     reason="jax.debug.log is new in JAX 0.8 (and so is ours)")
+
+
+# The mesh and x64 APIs of the running JAX, for the tests that use them:
+# jax.set_mesh (a context, or for the rest of the program) is new in 0.7,
+# where 0.6 has jax.sharding.use_mesh and jax.sharding.set_mesh;
+# jax.sharding.get_mesh is new in 0.8; jax.enable_x64 in 0.9, where older
+# ones have jax.experimental.enable_x64.
+SET_MESH, MESH_CONTEXT = (
+    ("jax.set_mesh", "jax.set_mesh") if hasattr(jax, "set_mesh")
+    else ("jax.sharding.set_mesh", "jax.sharding.use_mesh"))
+
+
+def mesh_context(mesh: jax.sharding.Mesh) -> Any:
+  """``with jax.set_mesh(mesh):`` on the running JAX."""
+  if hasattr(jax, "set_mesh"):
+    return jax.set_mesh(mesh)
+  return jax.sharding.use_mesh(mesh)
+
+
+def no_concrete_mesh() -> bool:
+  """Whether no mesh is set (``jax.sharding.get_mesh().empty``)."""
+  if hasattr(jax.sharding, "get_mesh"):
+    return bool(jax.sharding.get_mesh().empty)
+  from jax._src import mesh  # JAX 0.6 and 0.7; 0.6 gives None for none
+  found = mesh.get_concrete_mesh()
+  return found is None or bool(found.empty)
+
+
+# jax.debug.print(..., skip_format_check=True) is new in JAX 0.7: before,
+# a format must use every argument (so there is no print of arguments
+# after a format without placeholders to compare with).
+HAS_SKIP_FORMAT_CHECK = "skip_format_check" in inspect.signature(
+    jax.debug.print).parameters
+
+
+def enable_x64_context() -> Any:
+  """``with jax.enable_x64(True):`` on the running JAX."""
+  if hasattr(jax, "enable_x64"):
+    return jax.enable_x64(True)
+  from jax.experimental import enable_x64
+  return enable_x64(True)
 
 
 # Every dtype a callback carries without x64 (the 64-bit ones need x64 and

@@ -97,11 +97,30 @@ def _lowered(f: Callable[..., Any], platform: str, *args: Any) -> Any:
   return jax.jit(f).trace(*args).lower(lowering_platforms=(platform,))
 
 
+_MLIR_BACKEND_CONFIG = re.compile(
+    r"stablehlo\.custom_call @(?P<target>\w+)\(.*?"
+    r"mhlo\.backend_config = (?P<config>\{[^}]*\})")
+
+
 def hlo_calls(lowered: Any) -> list[HloCall]:
-  """The custom calls of ``lowered`` as XLA compiles it (HLO text)."""
-  return [HloCall(m["target"], [o.strip() for o in m["operands"].split(",")],
-                  m["attributes"])
-          for m in _HLO_CALL.finditer(lowered.as_text(dialect="hlo"))]
+  """The custom calls of ``lowered`` as XLA compiles it (HLO text).
+
+  Before JAX 0.8 the HLO text of a lowering leaves out a typed FFI call's
+  attributes (XLA still gets them: a compiled module's text has them), so
+  there each call's ``backend_config`` is read from the StableHLO text,
+  the n-th call of a target getting the n-th dictionary of that target.
+  """
+  calls = [HloCall(m["target"], [o.strip() for o in m["operands"].split(",")],
+                   m["attributes"])
+           for m in _HLO_CALL.finditer(lowered.as_text(dialect="hlo"))]
+  if jax.__version_info__ >= (0, 8):
+    return calls
+  configs: dict[str, list[str]] = {}
+  for m in _MLIR_BACKEND_CONFIG.finditer(lowered.as_text()):
+    configs.setdefault(m["target"], []).append(m["config"])
+  return [c._replace(attributes=c.attributes + ", backend_config="
+                     + configs[c.target].pop(0))
+          if configs.get(c.target) else c for c in calls]
 
 
 class MlirCall(NamedTuple):

@@ -46,7 +46,7 @@ def _callbacks() -> dict[str, Callable[[Any], None]]:
       "id_print": lambda v: hcb.id_print(v, output_stream=_NULL),
       "call": lambda v: hcb.call(lambda a: None, v),
       "io_callback": lambda v: hcb.io_callback(lambda a: None, None, v),
-      "debug.print": lambda v: debug.print("{}", v, skip_format_check=True),
+      "debug.print": lambda v: debug.print("{}", v),
       "debug.callback": lambda v: debug.callback(lambda a: None, v),
   }
 

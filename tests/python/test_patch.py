@@ -21,6 +21,7 @@ import sys
 import textwrap
 import threading
 import types
+import warnings
 
 import jax
 import jax.debug
@@ -42,6 +43,10 @@ pytestmark = pytest.mark.filterwarnings(
     ":RuntimeWarning")
 
 LEGACY = "jax.experimental.host_callback"
+# JAX 0.6 and 0.7 still ship a module of that name, whose functions raise
+# (0.7's warns when imported); JAX 0.8 removed it.
+JAX_SHIPS_LEGACY = jax.__version_info__ < (0, 8)
+JAXS_LEGACY_WARNING = "jax.experimental.host_callback is deprecated"
 
 # (module, name, host_callback's object) for every name patch_jax replaces.
 PATCHED = [
@@ -70,7 +75,9 @@ def jax_restored():
   hcb.uninstall_legacy_module()
   for m, n, _ in PATCHED:
     assert getattr(m, n) is JAX_OWN[(m.__name__, n)], f"{m.__name__}.{n}"
-  assert LEGACY not in sys.modules
+  for legacy in (sys.modules.get(LEGACY),
+                 vars(jax.experimental).get("host_callback")):
+    assert not getattr(legacy, "__host_callback__", False)
 
 
 def _arg_types(call_pure, call_io) -> tuple[type, type]:
@@ -270,9 +277,24 @@ def test_host_callback_never_calls_jax_callbacks_by_their_patched_names():
 
 # ---- install_legacy_module ---------------------------------------------------
 
+def _import_jaxs_legacy_module() -> types.ModuleType | None:
+  """Imports ``jax.experimental.host_callback`` as JAX alone has it, and
+  checks what that is: nothing from JAX 0.8 on, before it a module whose
+  functions raise."""
+  if not JAX_SHIPS_LEGACY:
+    with pytest.raises(ModuleNotFoundError):
+      importlib.import_module(LEGACY)
+    return None
+  with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", JAXS_LEGACY_WARNING)
+    module = importlib.import_module(LEGACY)
+  with pytest.raises(NotImplementedError, match="no longer supported"):
+    module.id_tap(print, 1)
+  return module
+
+
 def test_legacy_module_both_import_forms_until_undone(collect):
-  with pytest.raises(ModuleNotFoundError):
-    importlib.import_module(LEGACY)
+  jaxs = _import_jaxs_legacy_module()
   with hcb.install_legacy_module():
     import jax.experimental.host_callback as old_hcb
     from jax.experimental import host_callback as old_hcb2
@@ -291,10 +313,10 @@ def test_legacy_module_both_import_forms_until_undone(collect):
     with pytest.raises(AttributeError, match="removed module's API: "
                        "barrier_wait, call"):
       old_hcb.outfeed_receiver  # noqa: B018 -- not part of the old API
-  assert LEGACY not in sys.modules
-  assert "host_callback" not in vars(jax.experimental)
-  with pytest.raises(ModuleNotFoundError):
-    importlib.import_module(LEGACY)
+  # JAX's own comes back: none, or its module.
+  assert sys.modules.get(LEGACY) is jaxs
+  assert vars(jax.experimental).get("host_callback") is jaxs
+  assert _import_jaxs_legacy_module() is jaxs
 
 
 # ---- the supported JAX releases ----------------------------------------------
@@ -304,14 +326,14 @@ def test_supported_jax_range_is_the_packages_dependency():
   jax_req = next(r for r in requires if r.split(">")[0].split("<")[0] == "jax")
   assert sorted(jax_req[3:].split(",")) == sorted(
       startup.SUPPORTED_JAX.split(","))
-  for version in ("0.8.3", "0.9.2", "0.10.2", "0.11.2", "0.12.0.1",
-                  "0.12.9"):
+  for version in ("0.6.2", "0.7.2", "0.8.3", "0.9.2", "0.10.2", "0.11.2",
+                  "0.12.0.1", "0.12.9"):
     assert startup.jax_version_problem(version) is None, version
-  for version in ("0.8.2", "0.7.2", "0.4.38", "0.13.0", "1.0.0", "0.13.0rc1"):
+  for version in ("0.6.1", "0.5.3", "0.4.38", "0.13.0", "1.0.0", "0.13.0rc1"):
     problem = startup.jax_version_problem(version)
     assert problem == (
         f"JAX {version} is installed; host_callback supports "
-        "jax>=0.8.3,<0.13 (install one of those, or unset "
+        "jax>=0.6.2,<0.13 (install one of those, or unset "
         "HOST_CALLBACK_PATCH)"), version
 
 
@@ -330,10 +352,10 @@ def test_patch_refuses_a_jax_outside_the_range_and_leaves_it_alone():
   assert done.returncode == 0, done.stderr
   assert done.stdout.splitlines() == [
       "host_callback.patch_jax(): JAX 0.4.38 is installed; host_callback "
-      "supports jax>=0.8.3,<0.13 (install one of those, or unset "
+      "supports jax>=0.6.2,<0.13 (install one of those, or unset "
       "HOST_CALLBACK_PATCH)",
       "host_callback.install_legacy_module(): JAX 0.4.38 is installed; "
-      "host_callback supports jax>=0.8.3,<0.13 (install one of those, or "
+      "host_callback supports jax>=0.6.2,<0.13 (install one of those, or "
       "unset HOST_CALLBACK_PATCH)",
       "jax._src.callback"]
 
@@ -345,7 +367,7 @@ def test_startup_hook_on_an_unsupported_jax_says_so_and_keeps_jax(capfd):
   assert capfd.readouterr().err == (
       "host_callback: HOST_CALLBACK_PATCH=jax not applied, JAX's callbacks "
       "stay: JAX 0.4.38 is installed; host_callback supports "
-      "jax>=0.8.3,<0.13 (install one of those, or unset "
+      "jax>=0.6.2,<0.13 (install one of those, or unset "
       "HOST_CALLBACK_PATCH)\n")
   assert jax.pure_callback is JAX_OWN[("jax", "pure_callback")]
 
@@ -363,10 +385,11 @@ def whose():
             (io_callback, debug_callback, jax.pure_callback, jax.debug.print)]
 """
 
-WHOSE = """
-    import sys
+WHOSE = f"""
+    import sys, warnings
     import early_lib
     print(early_lib.whose())
+    warnings.filterwarnings("ignore", {JAXS_LEGACY_WARNING!r})
     try:
         import jax.experimental.host_callback as hcb
         print("legacy", hcb.id_tap.__module__)
@@ -384,9 +407,9 @@ def test_startup_hook_patches_before_libraries_import(tmp_path):
     assert done.returncode == 0, (value, done.stderr)
     assert done.stderr == "", (value, done.stderr)
   own, ours = "['jax', 'jax', 'jax', 'jax']", str(["host_callback"] * 4)
-  assert runs[""].stdout.split("\n")[:2] == [own, "legacy ModuleNotFoundError"]
-  assert runs["jax"].stdout.split("\n")[:2] == [
-      ours, "legacy ModuleNotFoundError"]
+  jaxs = "legacy " + (LEGACY if JAX_SHIPS_LEGACY else "ModuleNotFoundError")
+  assert runs[""].stdout.split("\n")[:2] == [own, jaxs]
+  assert runs["jax"].stdout.split("\n")[:2] == [ours, jaxs]
   assert runs["legacy"].stdout.split("\n")[:2] == [
       own, "legacy host_callback._tap"]
   assert runs["JAX, legacy"].stdout.split("\n")[:2] == [
@@ -568,5 +591,5 @@ def test_run_refuses_a_jax_outside_the_range(tmp_path):
   assert (done.returncode, done.stdout) == (2, ""), done.stderr
   assert done.stderr == (
       "python -m host_callback run: cannot patch: JAX 0.13.1 is installed; "
-      "host_callback supports jax>=0.8.3,<0.13 (install one of those, or "
+      "host_callback supports jax>=0.6.2,<0.13 (install one of those, or "
       "unset HOST_CALLBACK_PATCH)\n")

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from conftest import run_python
+from conftest import MESH_CONTEXT, run_python
 
 SCRIPT = """
 import contextlib, functools, io, json, sys
@@ -28,7 +28,7 @@ def lines(name, run, mesh):
     out = io.StringIO()
     try:
       with contextlib.redirect_stdout(out):
-        with (jax.set_mesh(mesh) if mesh is not None
+        with ({mesh_context}(mesh) if mesh is not None
               else contextlib.nullcontext()):
           run(debug)
           jax.effects_barrier()
@@ -84,7 +84,8 @@ print(json.dumps(results))
 
 @pytest.fixture(scope="module", params=["shardy", "gspmd"])
 def results(request):
-  done = run_python(SCRIPT.format(shardy=request.param == "shardy"),
+  done = run_python(SCRIPT.format(shardy=request.param == "shardy",
+                                  mesh_context=MESH_CONTEXT),
                     env={"JAX_NUM_CPU_DEVICES": "4"}, timeout=400)
   assert done.returncode == 0, done.stderr[-3000:]
   return json.loads(done.stdout.splitlines()[-1])

@@ -66,9 +66,18 @@ def test_the_program_holds_our_custom_calls(partitioner):
       "pure_callback": lambda v: hcb.pure_callback(np.sin, v, v),
       "io_callback": lambda v: hcb.io_callback(np.sin, v, v, ordered=True),
   }
+  # JAX 0.6's XLA under Shardy (opt-in there) refuses our region for a
+  # callback without results: those take JAX's Python callback there.
+  jaxs_path = ({"id_tap", "id_print", "debug.callback", "debug.print"}
+               if jax.__version_info__ < (0, 7) and partitioner == "shardy"
+               else set())
   for name, f in programs.items():
     targets = _targets(f, x)
     ours = [t for t in targets if t.startswith("hcb_")]
+    if name in jaxs_path:
+      assert "xla_ffi_python_cpu_callback" in targets, (
+          name, targets)
+      continue
     assert ours and all(t in ("hcb_tap", "hcb_call") for t in ours), \
         (name, targets)
     assert not any("callback" in t for t in targets), (name, targets)
@@ -154,6 +163,13 @@ def test_a_failing_call_fails_the_computation_on_every_device(partitioner):
 
 
 def test_a_failing_debug_callback_fails_the_call_as_an_exception(partitioner):
+  if jax.__version_info__ < (0, 7) and partitioner == "shardy":
+    # There a callback without results takes JAX's Python callback (see
+    # test_the_program_holds_our_custom_calls), and XLA ends the process
+    # when it raises (the other devices wait for the failed one at the
+    # next step's gather): as with jax.debug.callback.
+    pytest.skip("JAX 0.6 under Shardy ends the process when a debug "
+                "callback raises under jit over sharded operands")
   x = _sharded()
 
   def check(a: np.ndarray) -> None:
