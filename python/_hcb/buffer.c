@@ -6,12 +6,13 @@
  * hcb_py_buffer_call is the call target of every Python buffer_callback
  * site; it runs on the XLA thread (hcb_runtime_call), like a call.  It wraps
  * each operand in a read-only Buffer and each result in a writable one (no
- * copy: a Buffer points at XLA's memory), unflattens them, calls
- * callback(ctx, out, *args, **kwargs), and then invalidates every Buffer:
- * XLA's memory is only valid during the call, so a Buffer kept longer
- * raises instead of reading or writing freed memory.  On a GPU it then
- * orders XLA's stream after the streams the Buffers were exported to
- * (buffer_cuda.c).
+ * copy: a Buffer points at XLA's memory), unflattens them (but for the
+ * common shapes that the BufferSite names: positional operands, one
+ * result), calls callback(ctx, out, *args, **kwargs), and then
+ * invalidates every Buffer: XLA's memory is only valid during the call, so
+ * a Buffer kept longer raises instead of reading or writing freed memory.  On a
+ * GPU it then orders XLA's stream after the streams the Buffers were exported
+ * to (buffer_cuda.c).
  *
  * A Buffer has JAX's Buffer's attributes (shape, dtype, ndim, writeable)
  * and, on a CPU device, exposes the buffer protocol (numpy.asarray and
@@ -505,97 +506,32 @@ done:
 
 /* ---- the site ------------------------------------------------------------ */
 
-/* The number of leaves of `treedef`, or -1 (no error set) if unknown. */
-static Py_ssize_t
-num_leaves(PyObject *treedef)
-{
-    PyObject *v = PyObject_GetAttrString(treedef, "num_leaves");
-    Py_ssize_t n = v != NULL && PyLong_Check(v) ? PyLong_AsSsize_t(v) : -1;
-
-    Py_XDECREF(v);
-    PyErr_Clear();
-    return n;
-}
-
-/* The number of operands if the treedef of (args, kwargs) `treedef`
- * unflattens leaves to (tuple of those leaves, {}) -- positional arrays
- * only, the common case -- else -1.  Asked once, of placeholder leaves;
- * the answer is only a shortcut, so a failure (cleared) means no. */
-static Py_ssize_t
-flat_operands(PyObject *treedef)
-{
-    Py_ssize_t n = num_leaves(treedef), i, flat = -1;
-    PyObject *leaves = n >= 0 ? PyList_New(n) : NULL, *v = NULL, *pos;
-
-    for (i = 0; leaves != NULL && i < n; i++) {
-        PyObject *leaf = PyLong_FromSsize_t(i);
-
-        if (leaf == NULL)
-            goto done;
-        PyList_SET_ITEM(leaves, i, leaf);
-    }
-    if (leaves == NULL ||
-        (v = PyObject_CallMethod(treedef, "unflatten", "O", leaves)) == NULL)
-        goto done;
-    if (!PyTuple_CheckExact(v) || PyTuple_GET_SIZE(v) != 2 ||
-        !PyTuple_CheckExact(PyTuple_GET_ITEM(v, 0)) ||
-        !PyDict_CheckExact(PyTuple_GET_ITEM(v, 1)) ||
-        PyDict_GET_SIZE(PyTuple_GET_ITEM(v, 1)) != 0)
-        goto done;
-    pos = PyTuple_GET_ITEM(v, 0);
-    if (PyTuple_GET_SIZE(pos) != n)
-        goto done;
-    for (i = 0; i < n; i++)
-        if (PyTuple_GET_ITEM(pos, i) != PyList_GET_ITEM(leaves, i))
-            goto done;
-    flat = n;
-done:
-    Py_XDECREF(v);
-    Py_XDECREF(leaves);
-    PyErr_Clear();
-    return flat;
-}
-
-/* Whether `treedef` unflattens one leaf to that leaf itself; as above. */
-static int
-is_leaf(PyObject *treedef)
-{
-    PyObject *leaf, *v = NULL;
-    int yes;
-
-    if (num_leaves(treedef) != 1 ||
-        (leaf = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)) == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    v = PyObject_CallMethod(treedef, "unflatten", "[O]", leaf);
-    yes = v == leaf;
-    Py_XDECREF(v);
-    Py_DECREF(leaf);
-    PyErr_Clear();
-    return yes;
-}
-
 int
 hcb_py_buffer_site_read(hcb_py_buffer_target *t, PyObject *site)
 {
-    static const char *const names[] = {"callback", "in_treedef", "out_treedef",
-                                        "context_type"};
-    PyObject *f[4];
+    static const char *const names[] = {
+        "callback",     "in_treedef",          "out_treedef",
+        "context_type", "positional_operands", "one_result"};
+    PyObject *f[6];
+    Py_ssize_t npos;
+    int one;
 
-    if (hcb_py_fields(site, "BufferSite", names, f, 4) < 0)
+    if (hcb_py_fields(site, "BufferSite", names, f, 6) < 0)
         return -1;
     if (!PyCallable_Check(f[0]) || !PyCallable_Check(f[3])) {
         PyErr_SetString(PyExc_TypeError, "the BufferSite's callback and "
                                          "context_type must be callable");
         return -1;
     }
+    npos = PyLong_AsSsize_t(f[4]);
+    if ((npos == -1 && PyErr_Occurred()) || (one = PyObject_IsTrue(f[5])) < 0)
+        return -1;
     t->callback = f[0];
     t->in_treedef = f[1];
     t->out_treedef = f[2];
     t->context_type = f[3];
-    t->nflat = flat_operands(f[1]);
-    t->out_is_leaf = is_leaf(f[2]);
+    t->nflat = npos;
+    t->out_is_leaf = one;
     return 0;
 }
 

@@ -18,8 +18,8 @@
 #define NPY_TARGET_VERSION     NPY_2_0_API_VERSION
 #include "hcbpy.h"
 
-#include <numpy/arrayobject.h>
 #include <limits.h>
+#include <numpy/arrayobject.h>
 #include <string.h>
 
 #include "buffer.h"

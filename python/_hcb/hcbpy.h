@@ -168,9 +168,10 @@ typedef struct hcb_py_buffer_target {
     PyObject *in_treedef; /* of (args, kwargs) */
     PyObject *out_treedef;
     PyObject *context_type; /* ExecutionContext(device) */
-    /* Shortcuts found at registration: (args, kwargs) unflatten to
-     * (tuple of the `nflat` operand leaves in order, {}), and the results
-     * to their one leaf itself, so that a call need not unflatten. */
+    /* The BufferSite's shortcuts (its positional_operands, one_result):
+     * (args, kwargs) unflatten to (tuple of the `nflat` operand leaves in
+     * order, {}), and the results to their one leaf itself, so that a
+     * call need not unflatten. */
     Py_ssize_t nflat; /* -1: unflatten the operands */
     int out_is_leaf;
 } hcb_py_buffer_target;

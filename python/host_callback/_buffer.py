@@ -100,6 +100,11 @@ class BufferSite(NamedTuple):
   in_treedef: Any
   out_treedef: Any
   context_type: type[ExecutionContext]
+  # Shortcuts of the call (the common shapes): the number of operands when
+  # (args, kwargs) is a tuple of them and no keyword, else -1; whether the
+  # results are one array, not a container.
+  positional_operands: int
+  one_result: bool
 
   @property
   def jax_error_log(self) -> _sites.JaxErrorLog:
@@ -302,6 +307,7 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
   flat_shapes, out_treedef = jax.tree_util.tree_flatten(result_shape_dtypes)
   result_avals = tuple(_result_aval(x, result_shape_dtypes)
                        for x in flat_shapes)
+  one_result = out_treedef == jax.tree_util.tree_structure(0)
   flavor = (CallbackFlavor.IO_CALLBACK if has_side_effect
             else CallbackFlavor.PURE)
   func = (callback if isinstance(callback, NativeCallback)
@@ -312,8 +318,12 @@ def buffer_callback(callback: Callable[..., None] | NativeCallback,
     in_avals = [jax.typeof(x) for x in flat_args]
     aliases = _static_aliases(input_output_aliases, args, in_avals,
                               result_avals)
+    positional: Any = jax.tree_util.tree_structure(
+        (tuple(range(len(flat_args))), {}))
     site = (func if isinstance(func, NativeCallback)
-            else BufferSite(func, in_treedef, out_treedef, ExecutionContext))
+            else BufferSite(func, in_treedef, out_treedef, ExecutionContext,
+                            len(flat_args) if positional == in_treedef
+                            else -1, one_result))
     outs = buffer_callback_p.bind(
         *flat_args, site=site, result_avals=result_avals, flavor=flavor,
         input_output_aliases=aliases, vmap_method=vmap_method,

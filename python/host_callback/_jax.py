@@ -405,34 +405,43 @@ def vmap_axis(axis_data: Any) -> tuple[Any, int, Any, Any]:
 
 
 # JAX 0.6 and 0.7 trace the function of a ``pmap`` in
-# pxla.stage_parallel_callable(pci, fun), with the map's axis in the axis
-# env, beside vmap's and nothing to tell them apart; from 0.8 on ``pmap``
-# traces through ``shard_map``, whose axes are the abstract mesh's manual
-# axes.  So there the staging call's frame says that a pmap is tracing,
-# and its ``pci.global_axis_size`` how many devices it spans.
-_PMAP_STAGING: Any = (None if jax.__version_info__ >= (0, 8)
-                      else getattr(_pxla, "stage_parallel_callable"))
+# pxla.stage_parallel_callable(pci, fun) (a pmap called eagerly) or in
+# partial_eval.DynamicJaxprTrace.process_map(primitive, f, tracers, params)
+# (a pmap inside jit or inside another pmap), with the map's axis in the
+# axis env beside vmap's and nothing to tell them apart; from 0.8 on
+# ``pmap`` traces through ``shard_map``, whose axes are the abstract mesh's
+# manual axes.  So there the staging frames on the stack say that pmaps
+# are tracing, and their global axis sizes how many devices they span.
+_PMAP_STAGING: dict[Any, Callable[[Any], int]] = {} if (
+    jax.__version_info__ >= (0, 8)) else {
+        getattr(_pxla, "stage_parallel_callable").__code__:
+            lambda f_locals: f_locals["pci"].global_axis_size,
+        getattr(_pe.DynamicJaxprTrace, "process_map").__code__:
+            lambda f_locals: f_locals["params"]["global_axis_size"]}
 
 
 def pmap_devices_tracing() -> int:
   """How many devices the ``pmap``s of JAX 0.6 or 0.7 that are tracing the
   running code span together (1 where none is, and always from 0.8 on:
   see :func:`jax.sharding.get_abstract_mesh`'s manual axes instead)."""
-  if _PMAP_STAGING is None:
-    return 1
   devices = 1
+  if not _PMAP_STAGING:
+    return devices
   frame: types.FrameType | None = sys._getframe(1)  # pylint: disable=protected-access
   while frame is not None:
-    if frame.f_code is _PMAP_STAGING.__code__:
-      devices *= frame.f_locals["pci"].global_axis_size
+    size_of = _PMAP_STAGING.get(frame.f_code)
+    if size_of is not None:
+      devices *= size_of(frame.f_locals)
     frame = frame.f_back
   return devices
 
 
 def _check_pmap_staging() -> str | None:
-  if _PMAP_STAGING is None:
+  if not _PMAP_STAGING:
     return None
-  return _has_params(_PMAP_STAGING, "pci", "fun")
+  return (_has_params(getattr(_pxla, "stage_parallel_callable"), "pci") or
+          _has_params(getattr(_pe.DynamicJaxprTrace, "process_map"),
+                      "params"))
 
 
 # ---- lowering under SPMD partitioning -----------------------------------------
@@ -694,7 +703,8 @@ TOUCHPOINTS: Sequence[tuple[str, Callable[[], str | None]]] = (
     ("batching.batch_jaxpr", _check_batch_jaxpr),
     ("batching.AxisData (name, size, spmd_name, explicit_mesh_axis)",
      _check_axis_data),
-    ("pxla.stage_parallel_callable (pmap's tracing, JAX 0.6 and 0.7)",
+    ("pxla.stage_parallel_callable and DynamicJaxprTrace.process_map "
+     "(pmap's tracing, JAX 0.6 and 0.7)",
      _check_pmap_staging),
     ("sharding_impls.ShardingContext",
      lambda: _has_params(ShardingContext, "num_devices")),

@@ -167,7 +167,7 @@ def wait_for_devices() -> None:
 
   It dispatches probe computations and waits for them.  What orders them
   after the computations dispatched earlier is how PJRT's CPU client
-  schedules (JAX 0.10-0.12; tests/python/test_barrier.py checks it on the
+  schedules (JAX 0.6-0.12; tests/python/test_barrier.py checks it on the
   JAX installed):
 
   - a computation on one device waits for the previous one-device

@@ -767,7 +767,9 @@ if not _jax.debug_print_skip_format_check:
                       partitioned=partitioned, skip_format_check=False,
                       use_logging=False)
 
-  print.__doc__ = _print_skipping_check.__doc__
+  print.__doc__ = (_print_skipping_check.__doc__ or "").replace(
+      "    skip_format_check: do not check that every argument is used.\n",
+      "")
 
 
 # ---- the namespace: jax.debug's ----------------------------------------------

@@ -50,6 +50,53 @@ def test_pytrees_and_keyword_arguments():
   assert int(out["n"]) == 3
 
 
+def _structure(tree):
+  """A pytree with each Buffer as ``B(shape)``: what the callback saw."""
+  return jax.tree_util.tree_map(lambda b: f"B{b.shape}", tree)
+
+
+@pytest.mark.parametrize("results", [
+    "one", "list of one", "tuple of one", "none", "dict"])
+@pytest.mark.parametrize("operands", [
+    "positional", "none", "keyword", "nested", "one and keyword"])
+def test_the_callback_gets_the_structures_jaxs_gets(operands, results):
+  """Positional operands and one result reach the function without being
+  unflattened (a shortcut); every other structure as JAX's buffer_callback
+  passes it."""
+  from jax.experimental import buffer_callback as jax_buffer_callback
+
+  shapes = {"one": F32_3, "list of one": [F32_3], "tuple of one": (F32_3,),
+            "none": (), "dict": {"b": F32_3, "a": F32_3}}[results]
+  x, y = jnp.ones(3), jnp.arange(2.0)
+  args, kwargs = {"positional": ((x, y), {}), "none": ((), {}),
+                  "keyword": ((), {"y": y, "x": x}),
+                  "nested": (((x, [y]),), {}),
+                  "one and keyword": ((x,), {"y": y})}[operands]
+
+  def run(buffer_callback):
+    seen = []
+
+    def cb(ctx, out, *a, **k):
+      seen.append(_structure((out, a, k)))
+      for leaf in jax.tree_util.tree_leaves(out):
+        np.asarray(leaf)[...] = 1
+
+    # (without results, only a side effect keeps a callback in the program)
+    f = jax.jit(lambda a, k: buffer_callback(
+        cb, shapes, has_side_effect=results == "none")(*a, **k))
+    got = f(args, kwargs)
+    return seen, jax.tree_util.tree_map(np.asarray, got)
+
+  (seen_jax, got_jax), (seen, got) = (
+      run(jax_buffer_callback.buffer_callback), run(hcb.buffer_callback))
+  assert seen == seen_jax and len(seen) == 1
+  assert jax.tree_util.tree_structure(got) == (
+      jax.tree_util.tree_structure(got_jax))
+  for a, b in zip(jax.tree_util.tree_leaves(got),
+                  jax.tree_util.tree_leaves(got_jax)):
+    np.testing.assert_array_equal(a, b)
+
+
 def test_buffer_objects():
   seen = {}
 

@@ -148,6 +148,32 @@ def test_print_format_specs_of_scalars_of_each_dtype(capsys, dtype):
   assert_same_text(capsys, run)
 
 
+@pytest.mark.parametrize("call", [
+    "unused positional", "unused keyword", "skip_format_check"])
+def test_print_checks_the_format_as_jax(capsys, call):
+  """An argument the format leaves unused fails the trace with JAX's
+  error; ``skip_format_check=True`` prints instead from JAX 0.7 on, and
+  on JAX 0.6 (which has no such option) is one more unused argument."""
+  def outcome(mod):
+    args, kwargs = {"unused positional": (("x={x}", 1.0), {"x": 2.0}),
+                    "unused keyword": (("{}", 1.0), {"y": 2.0}),
+                    "skip_format_check": (("x", 1.0),
+                                          {"skip_format_check": True})}[call]
+    try:
+      jax.jit(lambda: mod.print(*args, **kwargs))()
+      jax.effects_barrier()
+    except ValueError as e:
+      return "raised " + str(e)
+    return capsys.readouterr().out
+
+  theirs, ours = outcome(jax.debug), outcome(hdebug)
+  assert ours == theirs
+  if call == "skip_format_check" and HAS_SKIP_FORMAT_CHECK:
+    assert ours == "x 1.0\n"
+  else:
+    assert ours.startswith("raised Unused "), ours
+
+
 def test_print_of_pytrees_is_jaxs(capsys):
   tree = {"b": (jnp.ones(2), [jnp.int32(3)]), "a": None}
 

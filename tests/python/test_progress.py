@@ -514,7 +514,12 @@ def test_shard_map_draws_one_bar_per_device():
   assert not open_bars(sink)
 
 
-def test_pmap_draws_one_bar_per_device():
+@pytest.mark.parametrize("how", [
+    "pmap", "jit of pmap",
+    pytest.param("pmap of pmap", marks=pytest.mark.skipif(
+        jax.__version_info__ >= (0, 8),
+        reason="JAX 0.8 on (pmap through shard_map) nests no pmaps"))])
+def test_pmap_draws_one_bar_per_device(how):
   devices = jax.devices()
   sink = io.StringIO()
   n = 2_000
@@ -523,8 +528,14 @@ def test_pmap_draws_one_bar_per_device():
   def body(i, v):
     return v + 1.0
 
-  out = jax.pmap(lambda x: lax.fori_loop(0, n, body, x))(
-      jnp.zeros(len(devices)))
+  loop = jax.pmap(lambda x: lax.fori_loop(0, n, body, x))
+  x = jnp.zeros(len(devices))
+  if how == "jit of pmap":
+    out = jax.jit(loop)(x)
+  elif how == "pmap of pmap":  # the outer map of one device
+    out = jax.pmap(loop)(x[None])[0]
+  else:
+    out = loop(x)
   hcb.barrier_wait()
   np.testing.assert_array_equal(out, [n] * len(devices))
   assert sorted(_device_bars(sink.getvalue(), "pm", n)) == sorted(

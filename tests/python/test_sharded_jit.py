@@ -75,8 +75,8 @@ def test_the_program_holds_our_custom_calls(partitioner):
     targets = _targets(f, x)
     ours = [t for t in targets if t.startswith("hcb_")]
     if name in jaxs_path:
-      assert "xla_ffi_python_cpu_callback" in targets, (
-          name, targets)
+      assert "xla_ffi_python_cpu_callback" in targets and not (
+          {"hcb_tap", "hcb_call"} & set(ours)), (name, targets)
       continue
     assert ours and all(t in ("hcb_tap", "hcb_call") for t in ours), \
         (name, targets)
@@ -162,14 +162,41 @@ def test_a_failing_call_fails_the_computation_on_every_device(partitioner):
   np.testing.assert_array_equal(out, np.full((4, 2), 10, np.float32))
 
 
+_FAILING_SCAN = """
+import jax, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import host_callback as hcb
+jax.config.update("jax_use_shardy_partitioner", True)
+mesh = Mesh(np.array(jax.devices()), ("d",))
+x = jax.device_put(np.arange(8, dtype=np.float32).reshape(4, 2),
+                   NamedSharding(mesh, P("d")))
+
+def check(a):
+  if a.sum() > 100:
+    raise ValueError("out of range")
+
+def step(c, _):
+  {debug}.callback(check, c)
+  return c + 10, None
+
+f = jax.jit(lambda v: jax.lax.scan(step, v, None, length=5)[0])
+f(x).block_until_ready()
+print("returned")
+"""
+
+
 def test_a_failing_debug_callback_fails_the_call_as_an_exception(partitioner):
   if jax.__version_info__ < (0, 7) and partitioner == "shardy":
     # There a callback without results takes JAX's Python callback (see
     # test_the_program_holds_our_custom_calls), and XLA ends the process
     # when it raises (the other devices wait for the failed one at the
-    # next step's gather): as with jax.debug.callback.
-    pytest.skip("JAX 0.6 under Shardy ends the process when a debug "
-                "callback raises under jit over sharded operands")
+    # next step's gather), ours as JAX's.
+    for debug in ("jax.debug", "hcb.debug"):
+      done = run_python(_FAILING_SCAN.format(debug=debug),
+                        env={"JAX_NUM_CPU_DEVICES": "4"})
+      assert done.returncode != 0 and "returned" not in done.stdout, debug
+      assert "out of range" in done.stderr, (debug, done.stderr[-2000:])
+    return
   x = _sharded()
 
   def check(a: np.ndarray) -> None:
