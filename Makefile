@@ -25,11 +25,9 @@ C_SOURCES = include/hcb/*.h src/*/*.[ch] python/_hcb/*.[ch] tests/c/*.[ch] tests
 # install tests, python3-venv and python3-dev for Debian's own Python 3.11.
 DEBIAN_PACKAGES := libcmocka-dev cmake ninja-build gcc g++ clang libclang-rt-dev clang-format \
   valgrind pkg-config git python3-venv python3-dev
-# The Python suites run in three workers on the two cores (pytest-xdist; each
-# file in one worker, in its order): much of a suite waits on subprocesses
-# and threads, and a third worker fills that time (JAX 0.7.2's suite: 177 s,
-# 196 s with two).  PYTEST_JOBS=0 runs them in one process.
-PYTEST_JOBS ?= 3
+# The Python suites run on both cores (pytest-xdist; each file in one worker,
+# in its order); PYTEST_JOBS=0 runs them in one process.
+PYTEST_JOBS ?= 2
 PYTEST = -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile
 # pip builds in build/py-<venv> (kept between runs); a plain `pip install .`
 # builds in a temporary directory instead.
@@ -66,8 +64,8 @@ $(VENV)/.demo-deps: requirements/demo.txt
 	touch $@
 
 # Two cores: first the C builds and tests, the fuzzer, mypy and the other
-# virtualenvs, two targets at a time; then each Python suite on both cores
-# (PYTEST_JOBS), and the pip install tests (alone: a build with build isolation, timed by
+# virtualenvs, two targets at a time; then each Python suite on both cores,
+# and the pip install tests (alone: a build with build isolation, timed by
 # pytest-timeout).
 test: install ## set up everything and run every test (what CI runs; 28 minutes in a clean clone on 2 cores)
 	$(MAKE) -j2 --output-sync=target format-check typecheck ctest ctest-ffi-oldest ctest-ffi-newest ctest-asan \
