@@ -67,7 +67,7 @@ $(VENV)/.demo-deps: requirements/demo.txt
 # virtualenvs, two targets at a time; then each Python suite on both cores,
 # and the pip install tests (alone: a build with build isolation, timed by
 # pytest-timeout).
-test: install ## set up everything and run every test (what CI runs; 28 minutes in a clean clone on 2 cores)
+test: install ## set up everything and run every test (what CI runs; 42 minutes in a clean clone on 2 cores)
 	$(MAKE) -j2 --output-sync=target format-check typecheck ctest ctest-ffi-oldest ctest-ffi-newest ctest-asan \
 	  ctest-tsan ctest-valgrind fuzz setup-matrix
 	$(MAKE) pytest pytest-matrix test-install
