@@ -99,16 +99,20 @@ def test_four_python_threads_tap_at_once():
 
 def test_exit_flushes_pending_taps():
   proc = run_python("""
-      import time, jax, jax.numpy as jnp
+      import sys, time, jax, jax.numpy as jnp
       from jax import lax
       import host_callback as hcb
+      # One write per line: print writes the text and its end apart, and the
+      # main thread's line could split a tap's ("main donetap 0").
       def slow(x, transforms):
         time.sleep(0.002)
-        print("tap", int(x), flush=True)
+        sys.stdout.write(f"tap {int(x)}\\n")
+        sys.stdout.flush()
       f = jax.jit(lambda xs: lax.scan(lambda c, x: (c, hcb.id_tap(slow, x)),
                                       0, xs)[1])
       f(jnp.arange(300))
-      print("main done", flush=True)
+      sys.stdout.write("main done\\n")
+      sys.stdout.flush()
       # no barrier_wait: the at-exit flush must deliver everything
   """)
   assert proc.returncode == 0, proc.stderr
