@@ -45,6 +45,7 @@ class Config:
   sharded_steps: int         # scan length of the per-step part, item 11
   sharded_calls: int         # calls per repetition and condition, item 11
   sharded_unwaited: int      # calls of an unwaited loop, item 11
+  unwaited_timeout_s: float  # an unwaited loop still running then is stuck
 
 
 FULL = Config(smoke=False, reps=7, steps=10_000, min_rep_s=0.05,
@@ -56,7 +57,7 @@ FULL = Config(smoke=False, reps=7, steps=10_000, min_rep_s=0.05,
               compile_leaves=(1, 1_000, 4_000, 10_000), compile_reps=3,
               per_call_calls=1_000, sharded_steps=1_000,
               sharded_calls=500,
-              sharded_unwaited=3_000)
+              sharded_unwaited=3_000, unwaited_timeout_s=90)
 
 SMOKE = Config(smoke=True, reps=1, steps=1_000, min_rep_s=0.0,
                payload_sizes=(4, 4 * KiB, 256 * KiB, 4 * MiB, 64 * MiB),
@@ -65,7 +66,8 @@ SMOKE = Config(smoke=True, reps=1, steps=1_000, min_rep_s=0.0,
                bp_tap_bytes=1 * MiB, bp_sleep_s=0.001,
                progress_steps=2_000, progress_every_steps=200,
                compile_leaves=(1, 100), compile_reps=1, per_call_calls=20,
-               sharded_steps=50, sharded_calls=20, sharded_unwaited=50)
+               sharded_steps=50, sharded_calls=20, sharded_unwaited=50,
+               unwaited_timeout_s=15)
 
 
 # ---- samples and formatting -------------------------------------------------

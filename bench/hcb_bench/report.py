@@ -387,7 +387,7 @@ def sharded_section(r: ShardedResult | None) -> list[str]:
       "function of f32[64] sharded across the devices, dispatched without "
       "waiting for a result, then the last one waited for; each in a "
       f"process of its own, stuck when it has not finished in "
-      f"{sharded_mod.UNWAITED_TIMEOUT_S} s or XLA aborted it.", "",
+      f"{r.unwaited_timeout_s:g} s or XLA aborted it.", "",
       "| program | finished |", "|---|---|"]
   for key, label in sharded_mod.UNWAITED:
     seconds = r.unwaited[key]

@@ -39,9 +39,6 @@ from hcb_bench.harness import Sample
 
 RUN_PY = os.path.join(BENCH_DIR, "run.py")  # the children run this
 DEVICES = 4
-# Seconds an unwaited loop may take before it counts as stuck (XLA's
-# rendezvous gives up after 40 s, and aborts the process).
-UNWAITED_TIMEOUT_S = 90
 
 # Where the scan runs (per step): (key, label).
 PLACES = (
@@ -88,6 +85,7 @@ class ShardedResult:
   calls: int
   call_seconds: dict[str, dict[str, Sample]]
   unwaited_calls: int
+  unwaited_timeout_s: float
   unwaited: dict[str, float | None]
 
   def step_added(self, place: str, variant: str) -> Sample:
@@ -269,14 +267,17 @@ def _child_env() -> dict[str, str]:
   return dict(os.environ, HCB_BENCH_DEVICES=str(DEVICES))
 
 
-def _unwaited(key: str, calls: int) -> float | None:
-  """Seconds the loop ``key`` took, or None when it got stuck (killed
-  after UNWAITED_TIMEOUT_S, or aborted by XLA)."""
+def _unwaited(key: str, calls: int, timeout_s: float) -> float | None:
+  """Seconds the loop ``key`` took, or None when it got stuck: killed
+  after ``timeout_s`` (Config.unwaited_timeout_s: 90 s, more than the
+  minute after which XLA's rendezvous gives up and aborts the process; 15 s
+  in a smoke run, whose numbers mean nothing and which would otherwise wait
+  out that minute for each loop that gets stuck), or aborted by XLA."""
   try:
     done = subprocess.run(
         [sys.executable, RUN_PY, "--sharded-unwaited", f"{key},{calls}"],
         capture_output=True, text=True, env=_child_env(),
-        timeout=UNWAITED_TIMEOUT_S)
+        timeout=timeout_s)
   except subprocess.TimeoutExpired:
     return None
   if done.returncode != 0:
@@ -296,8 +297,10 @@ def measure_sharded(cfg: Config) -> ShardedResult:
   sample = lambda rows: {  # noqa: E731
       outer: {k: Sample(tuple(v)) for k, v in row.items()}
       for outer, row in rows.items()}
-  unwaited = {key: _unwaited(key, cfg.sharded_unwaited)
+  unwaited = {key: _unwaited(key, cfg.sharded_unwaited,
+                             cfg.unwaited_timeout_s)
               for key, _ in UNWAITED}
   return ShardedResult(cfg.sharded_steps, sample(raw["steps"]),
                        cfg.sharded_calls, sample(raw["calls"]),
-                       cfg.sharded_unwaited, unwaited)
+                       cfg.sharded_unwaited, cfg.unwaited_timeout_s,
+                       unwaited)
