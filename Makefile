@@ -40,7 +40,7 @@ help: ## this list
 	@echo "make TARGET, where TARGET is one of:"
 	@awk -F ':.*## ' '/^[a-zA-Z][a-zA-Z0-9_-]*:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
 
-.PHONY: help demo test check setup setup-matrix debian install build-c ctest ctest-ffi-oldest ctest-ffi-newest ctest-asan \
+.PHONY: help demo test check setup setup-matrix install-matrix debian install build-c ctest ctest-ffi-oldest ctest-ffi-newest ctest-asan \
   ctest-tsan ctest-valgrind fuzz pytest pytest-matrix test-install typecheck bench bench-smoke \
   format format-check clean gpu-wheels install-gpu test-gpu bench-gpu gpu-check
 
@@ -63,14 +63,15 @@ $(VENV)/.demo-deps: requirements/demo.txt
 	$(PY) -m pip install --progress-bar off -r $<
 	touch $@
 
-# Two cores: first the C builds and tests, the fuzzer, mypy and the other
-# virtualenvs, two targets at a time; then each Python suite on both cores,
-# and the pip install tests (alone: a build with build isolation, timed by
-# pytest-timeout).
-test: install ## set up everything and run every test (what CI runs; 42 minutes in a clean clone on 2 cores)
-	$(MAKE) -j2 --output-sync=target format-check typecheck ctest ctest-ffi-oldest ctest-ffi-newest ctest-asan \
-	  ctest-tsan ctest-valgrind fuzz setup-matrix
-	$(MAKE) pytest pytest-matrix test-install
+# Two cores: first the virtualenvs (downloads, mostly waiting on the
+# network) and the package built into each, beside the C builds and tests,
+# the fuzzer and mypy, four targets at a time; then each Python suite on
+# both cores, and the pip install tests (alone: a build with build
+# isolation, timed by pytest-timeout).
+test: ## set up everything and run every test (what CI runs; 42 minutes in a clean clone on 2 cores)
+	$(MAKE) -j4 --output-sync=target install install-matrix format-check typecheck ctest ctest-ffi-oldest \
+	  ctest-ffi-newest ctest-asan ctest-tsan ctest-valgrind fuzz
+	$(MAKE) INSTALLED=1 pytest pytest-matrix test-install
 
 # The fast loop: the C tests, then the Python tests of the public API and the
 # docs (tests/python/conftest.py, CHECK_FILES), on both cores.
@@ -168,7 +169,7 @@ fuzz: setup ## a short run of the fuzzers (libFuzzer)
 	  build/fuzz/corpus/print fuzz/corpus/print
 
 # ---- Python tests -----------------------------------------------------------
-pytest: install ## the Python tests on .venv
+pytest: $(if $(INSTALLED),setup,install) ## the Python tests on .venv
 	$(PY) $(PYTEST) tests/python
 
 # The Python suite on the other supported JAX versions, each with a package
@@ -179,17 +180,25 @@ pytest: install ## the Python tests on .venv
 # (JAX 0.12's, FFI 0.5: what `pip install` with build isolation builds
 # against, whatever jaxlib is installed) under the oldest.  Every test runs on
 # each but the benchmark harness's own (marked `bench`: make bench runs on
-# .venv alone); the few that repeat a scenario hundreds of times to catch a
-# rare race (an exit, a barrier) repeat it a fifth as often there
+# .venv alone) and the checks of the repository itself (marked `repo`: the
+# Makefile's commands, the C layers); the few that repeat a scenario hundreds of times to catch a
+# rare race (an exit, a barrier), or draw thousands of random inputs (the
+# printer against numpy), do a fifth as much there
 # (HOST_CALLBACK_TEST_REPEAT, tests/python/conftest.py).
 MATRIX_REPEAT ?= 0.2
 pytest-matrix: $(addprefix pytest-,$(MATRIX)) ## the Python tests on every other supported combination
 
-pytest-py%: .venv-py%/.deps .venv-$(firstword $(MATRIX))/.deps .venv-$(lastword $(MATRIX))/.deps setup
+install-matrix: $(addprefix install-,$(MATRIX)) ## build and install the package into every other combination's venv
+
+install-py%: .venv-py%/.deps .venv-$(firstword $(MATRIX))/.deps .venv-$(lastword $(MATRIX))/.deps
 	$(if $(filter py$*,$(lastword $(MATRIX))),HCB_XLA_INCLUDE_DIR=$(call FFI_INC,$(OLDEST_PY))) \
 	  $(if $(filter py$*,$(firstword $(MATRIX))),HCB_XLA_INCLUDE_DIR=$(call FFI_INC,$(NEWEST_PY))) \
 	  $(call PIP_INSTALL,.venv-py$*)
-	HOST_CALLBACK_TEST_REPEAT=$(MATRIX_REPEAT) .venv-py$*/bin/python $(PYTEST) -m "not bench" tests/python
+
+# Each suite installs the package first, but in make test, whose first step
+# installed every one (INSTALLED=1).
+pytest-py%: $(if $(INSTALLED),,install-py%) .venv-py%/.deps setup
+	HOST_CALLBACK_TEST_REPEAT=$(MATRIX_REPEAT) .venv-py$*/bin/python $(PYTEST) -m "not bench and not repo" tests/python
 
 # `pip install .` as a user runs it: build isolation, a fresh venv, PyPI.
 # Its three tests run at once (much of their time is downloads).
