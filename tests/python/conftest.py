@@ -25,11 +25,12 @@ import pytest  # noqa: E402
 
 import host_callback as hcb  # noqa: E402
 
-# How often the tests that hunt rare races repeat their scenario: as
-# written at 1 (make pytest, the main combination), fewer times at the
-# HOST_CALLBACK_TEST_REPEAT that make pytest-matrix sets for the other
-# combinations (each still runs every test; a scenario that holds on the
-# main combination's hundreds of runs is checked there for the version).
+# How often the tests that hunt rare races repeat their scenario, and how
+# many random inputs the tests that sample draw: as written at 1 (make
+# pytest, the main combination), fewer at the HOST_CALLBACK_TEST_REPEAT
+# that make pytest-matrix sets for the other combinations (each still runs
+# every test; a scenario that holds on the main combination's hundreds of
+# runs is checked there for the version).
 REPEAT = float(os.environ.get("HOST_CALLBACK_TEST_REPEAT", "1"))
 
 

@@ -11,6 +11,10 @@ import re
 
 import pytest
 
+# What the repository holds, whatever JAX is installed: checked on .venv
+# only (pyproject.toml's markers).
+pytestmark = pytest.mark.repo
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 

@@ -44,9 +44,11 @@ SHELL_WORDS = {
 SEPARATORS = {";", "&", "&&", "|", "||", "(", "{", "then", "do", "else",
               "elif", "if", "while", "until", "!", "$("}
 
-pytestmark = pytest.mark.skipif(
+# What the repository holds, whatever JAX is installed: checked on .venv
+# only (pyproject.toml's markers).
+pytestmark = [pytest.mark.repo, pytest.mark.skipif(
     shutil.which("dpkg") is None or shutil.which("apt-cache") is None,
-    reason="the Makefile installs Debian packages: checked on Debian only")
+    reason="the Makefile installs Debian packages: checked on Debian only")]
 
 
 @functools.lru_cache(maxsize=None)
