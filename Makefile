@@ -68,7 +68,7 @@ $(VENV)/.demo-deps: requirements/demo.txt
 # the fuzzer and mypy, four targets at a time; then each Python suite on
 # both cores, and the pip install tests (alone: a build with build
 # isolation, timed by pytest-timeout).
-test: ## set up everything and run every test (what CI runs; 42 minutes in a clean clone on 2 cores)
+test: ## set up everything and run every test (what CI runs; 44 minutes in a clean clone on 2 cores)
 	$(MAKE) -j4 --output-sync=target install install-matrix format-check typecheck ctest ctest-ffi-oldest \
 	  ctest-ffi-newest ctest-asan ctest-tsan ctest-valgrind fuzz
 	$(MAKE) INSTALLED=1 pytest pytest-matrix test-install
