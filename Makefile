@@ -181,10 +181,10 @@ pytest: $(if $(INSTALLED),setup,install) ## the Python tests on .venv
 # against, whatever jaxlib is installed) under the oldest.  Every test runs on
 # each but the benchmark harness's own (marked `bench`: make bench runs on
 # .venv alone) and the checks of the repository itself (marked `repo`: the
-# Makefile's commands, the C layers); the few that repeat a scenario hundreds of times to catch a
-# rare race (an exit, a barrier), or draw thousands of random inputs (the
-# printer against numpy), do a fifth as much there
-# (HOST_CALLBACK_TEST_REPEAT, tests/python/conftest.py).
+# Makefile's commands, the C layers); the few that repeat a scenario
+# hundreds of times to catch a rare race (an exit, a barrier), or draw
+# thousands of random inputs (the printer against numpy), do a fifth as
+# much there (HOST_CALLBACK_TEST_REPEAT, tests/python/conftest.py).
 MATRIX_REPEAT ?= 0.2
 pytest-matrix: $(addprefix pytest-,$(MATRIX)) ## the Python tests on every other supported combination
 
