@@ -1,7 +1,7 @@
 """Shared fixtures: a thread-safe collector of tap calls, the dtypes every
-callback must carry, and a helper that runs a Python snippet in a fresh
-interpreter (for settings that must be in place before JAX or host_callback
-initialise).
+callback must carry, and helpers that run a Python snippet in a process of
+its own (for settings that must be in place before JAX or host_callback
+initialise; warm_python.py says how those processes start).
 
 The test session has 4 CPU devices (set before JAX initialises)."""
 
@@ -10,9 +10,6 @@ from __future__ import annotations
 import inspect
 import os
 import re
-import subprocess
-import sys
-import textwrap
 import threading
 from typing import Any
 
@@ -24,6 +21,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import host_callback as hcb  # noqa: E402
+from warm_python import run_python, start_python  # noqa: E402,F401
 
 # How often the tests that hunt rare races repeat their scenario, and how
 # many random inputs the tests that sample draw: as written at 1 (make
@@ -146,15 +144,6 @@ def clean_barrier():
   hcb.barrier_wait("test teardown")
 
 
-def run_python(code: str, env: dict[str, str] | None = None,
-               timeout: float = 240) -> subprocess.CompletedProcess[str]:
-  full_env = dict(os.environ)
-  full_env.update(env or {})
-  return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
-                        capture_output=True, text=True, env=full_env,
-                        timeout=timeout)
-
-
 def run_python_until(code: str, pattern: str, stream: str,
                      env: dict[str, str] | None = None,
                      timeout: float = 60) -> tuple[str, str, int | None]:
@@ -165,11 +154,7 @@ def run_python_until(code: str, pattern: str, stream: str,
   and then hang (a deadlock diagnosed): the test waits for the words, not
   for the timeout.  Returns (stdout, stderr, the exit status, or None when
   it was killed)."""
-  full_env = dict(os.environ)
-  full_env.update(env or {})
-  proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, env=full_env)
+  proc = start_python(code, env)
   text = {"stdout": "", "stderr": ""}
   seen = threading.Event()
   lock = threading.Lock()

@@ -116,7 +116,6 @@ def test_barriers_inside_call_functions_return():
 
 INSIDE_A_DEVICE_CALLBACK = """
 import os, sys
-os.environ["JAX_NUM_CPU_DEVICES"] = "2"
 import jax, numpy as np
 from jax.experimental import io_callback
 import host_callback as hcb
@@ -171,18 +170,18 @@ def test_inside_a_device_callback_barriers_stop_and_fork_return(
   stop_outfeed_receiver wait only for the taps already issued, and a fork
   does not wait for devices either (under pmap each of these used to hang;
   with host_callback imported, so did a barrier in JAX's own callbacks)."""
-  done = subprocess.run(
-      [sys.executable, "-c", INSIDE_A_DEVICE_CALLBACK, kind, program, action],
-      capture_output=True, text=True, timeout=120)
+  done = run_python(INSIDE_A_DEVICE_CALLBACK, args=(kind, program, action),
+                    env={"JAX_NUM_CPU_DEVICES": "2"}, timeout=120)
   assert done.returncode == 0, done.stderr[-3000:]
   assert done.stdout.strip() == "ok"
 
 
 # ---- 1,000 iterations: every tap delivered when barrier_wait returns ---------
 
+EIGHT_DEVICES = {"JAX_NUM_CPU_DEVICES": "8"}
+
 STRESS = """
 import os, sys, threading
-os.environ["JAX_NUM_CPU_DEVICES"] = "8"
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import host_callback as hcb
@@ -247,13 +246,10 @@ print(f"{mode}: {len(early)} early returns in {it + 1} iterations; "
 
 
 @pytest.mark.parametrize("mode", ["pmap", "shard_map", "jit_sharded"])
-def test_barriers_after_8_device_programs_none_early(mode, tmp_path):
-  script = tmp_path / "stress.py"
-  script.write_text(STRESS)
+def test_barriers_after_8_device_programs_none_early(mode):
   start = time.monotonic()
   n = repeats(1000)
-  done = subprocess.run([sys.executable, str(script), mode, str(n)],
-                        capture_output=True, text=True, timeout=240)
+  done = run_python(STRESS, EIGHT_DEVICES, args=(mode, str(n)), timeout=240)
   assert done.returncode == 0, done.stderr[-3000:]
   summary = done.stdout.strip().splitlines()[-1]
   print(summary, f"({time.monotonic() - start:.1f} s)")
@@ -341,7 +337,6 @@ def test_effects_barrier_still_waits_for_jax_callbacks():
 # the interpreter finalises (of 20 programs, about the last 15 here).
 EXIT = """
 import os, sys, time
-os.environ["JAX_NUM_CPU_DEVICES"] = "8"
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import host_callback as hcb
@@ -368,18 +363,15 @@ for i in range(20):
 """
 
 
-def test_exit_after_taps_in_sharded_jit_every_run(tmp_path):
+def test_exit_after_taps_in_sharded_jit_every_run():
   """Exits right after dispatching taps in a jit over sharded operands, 40
   runs (scaled by HOST_CALLBACK_TEST_REPEAT).  Each must exit 0 (no 'Fatal Python error: PyGILState_Release' and no
   'terminate called': computations still running JAX's Python callback
   while the interpreter finalised), with all 80 taps printed."""
-  script = tmp_path / "exit.py"
-  script.write_text(EXIT)
   expected = sorted(f"tap {i} {k}" for i in range(20) for k in range(4))
 
   def run(_: int) -> tuple[int, list[str], str]:
-    done = subprocess.run([sys.executable, str(script)], capture_output=True,
-                          text=True, timeout=120)
+    done = run_python(EXIT, EIGHT_DEVICES, timeout=120)
     taps = sorted(line for line in done.stdout.splitlines()
                   if line.startswith("tap "))
     return done.returncode, taps, done.stderr[-2000:]

@@ -33,6 +33,8 @@ from typing import NamedTuple
 
 import pytest
 
+from conftest import run_python
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LANGUAGES = ("python", "sh", "c", "cmake", "text")
@@ -111,11 +113,12 @@ def run_block(block: Block, work: pathlib.Path, index: int) -> None:
   if block.language == "python":
     script = work / f"block_{index}.py"
     script.write_text(block.code)
-    command = [sys.executable, script.name]
+    done = run_python(None, _env(work), TIMEOUT, path=script.name, cwd=work,
+                      replace_env=True)
   else:
-    command = ["bash", "-e", "-c", block.code]
-  done = subprocess.run(command, cwd=work, env=_env(work), text=True,
-                        capture_output=True, timeout=TIMEOUT)
+    done = subprocess.run(["bash", "-e", "-c", block.code], cwd=work,
+                          env=_env(work), text=True, capture_output=True,
+                          timeout=TIMEOUT)
   assert done.returncode == 0, (
       f"{block.where()}: the {block.language} block failed "
       f"(exit {done.returncode}):\n{block.code}\n--- stdout\n{done.stdout}"

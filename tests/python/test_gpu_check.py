@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from conftest import run_python
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PROBES = sorted((REPO / "tests" / "gpu" / "probes").glob("probe_*.py"))
 
@@ -59,9 +61,7 @@ def test_gpu_check_fails_for_checks_its_budget_left_no_time_for(tmp_path):
 
 @pytest.mark.parametrize("probe", PROBES, ids=lambda p: p.stem)
 def test_each_probe_runs_in_a_dry_run(probe):
-  done = subprocess.run(
-      [sys.executable, str(probe)], capture_output=True, text=True,
-      env={**os.environ, "HCB_GPU_DRY_RUN": "1"}, timeout=240)
+  done = run_python(None, {"HCB_GPU_DRY_RUN": "1"}, 240, path=probe)
   last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
   assert (done.returncode, last[:5]) in ((0, "PASS:"), (3, "SKIP:")), (
       done.stdout + done.stderr)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pathlib
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
+from conftest import run_python
 from host_callback import _jax
 
 PACKAGE = pathlib.Path(_jax.__file__).parent
@@ -83,8 +82,7 @@ def test_importing_the_package_replaces_none_of_jax_rules():
       assert len(seen) == 2, seen
       print("ok")
   """)
-  done = subprocess.run([sys.executable, "-c", script], capture_output=True,
-                        text=True, timeout=120)
+  done = run_python(script, timeout=120)
   assert done.returncode == 0, done.stderr[-3000:]
   assert done.stdout.strip() == "ok"
 

@@ -5,17 +5,13 @@ Each case runs in a subprocess, bounded in time."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
 
-from conftest import run_python, run_python_until
+from conftest import run_python, run_python_until, start_python
 
 # A 16e6-byte queue (the least allowed) and 1 MB taps: about 15 fit.
 SMALL_QUEUE = {"HOST_CALLBACK_MAX_QUEUE_BYTE_SIZE": "16e6"}
@@ -249,15 +245,14 @@ def test_ctrl_c_ends_the_exit_flush_of_a_tap_that_never_returns():
   # The script ends while its tap function never returns: the at-exit flush
   # waits for it.  Ctrl-C then ends the process at once, saying what is
   # left (it used to wait forever to join the consumer thread).
-  proc = subprocess.Popen(
-      [sys.executable, "-c", textwrap.dedent("""
+  proc = start_python("""
       import threading
       import jax
       import host_callback as hcb
       never = threading.Event()
       jax.jit(lambda x: hcb.id_tap(lambda x, t: never.wait(), x))(1)
       print("script end", flush=True)
-      """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      """)
   try:
     assert proc.stdout.readline() == "script end\n"
     time.sleep(0.5)  # into the at-exit flush
@@ -453,8 +448,7 @@ def test_ctrl_c_ends_a_device_waiting_for_room_in_a_full_queue():
   # KeyboardInterrupt (unless jaxlib, which checks for Ctrl-C too, replaced
   # it with the computation's error); the taps queued before are delivered
   # once the tap function returns, and the runtime goes on.
-  proc = subprocess.Popen(
-      [sys.executable, "-c", textwrap.dedent("""
+  proc = start_python("""
       import threading, time
       import jax, jax.numpy as jnp
       import host_callback as hcb
@@ -484,8 +478,7 @@ def test_ctrl_c_ends_a_device_waiting_for_room_in_a_full_queue():
       f()
       hcb.barrier_wait()
       print("then delivered", len(seen), flush=True)
-      """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-      env={**os.environ, **SMALL_QUEUE})
+      """, SMALL_QUEUE)
   try:
     for line in proc.stderr:  # the runtime's stall warning: it waits now
       if "has waited" in line and "for room in its tap queue" in line:
