@@ -358,6 +358,23 @@ tapper_main(void *arg)
     return NULL;
 }
 
+/* Whether device `ordinal`'s pinned pool makes a thread wait for room
+ * within `ms` milliseconds (polled: under valgrind on a busy machine the
+ * tapper can take much longer than usual to get there). */
+static bool
+pool_made_a_thread_wait(int32_t ordinal, int ms)
+{
+    hcb__pinned_stats ps;
+    int i;
+
+    for (i = 0; i < ms; i++) {
+        if (hcb__pinned_get_stats(ordinal, &ps) && ps.waits >= 1)
+            return true;
+        tu_sleep_us(1000);
+    }
+    return false;
+}
+
 /* With the stream held, the pool fills: the device's thread waits for room
  * (back-pressure) and goes on when the stream runs; nothing is lost. */
 static void
@@ -365,16 +382,13 @@ test_a_full_pool_makes_the_device_wait(void **state)
 {
     static int32_t big[32768]; /* 128 KiB: 7 fit in the 1 MiB pool */
     tapper t = {big, 32768, 20, 0, 0, 0, NULL};
-    hcb__pinned_stats ps;
     pthread_t th;
 
     (void)state;
     big[0] = 5;
     fake_stream_hold(stream, true);
     pthread_create(&th, NULL, tapper_main, &t);
-    tu_sleep_us(100000);
-    assert_true(hcb__pinned_get_stats(3, &ps));
-    assert_true(ps.waits >= 1);
+    assert_true(pool_made_a_thread_wait(3, 10000));
     assert_true(atomic_load(&t.done) < 20);
     assert_int_equal(tu_sink_count(sink), 0);
     fake_stream_hold(stream, false);
@@ -599,11 +613,10 @@ test_a_held_device_never_holds_another(void **state)
     free_one.stream = other;
     fake_stream_hold(stream, true);
     pthread_create(&th_held, NULL, tapper_main, &held);
-    tu_sleep_us(100000);
-    assert_true(hcb__pinned_get_stats(3, &ps));
-    assert_true(ps.waits >= 1); /* device 3 waits for its own blocks */
+    /* device 3 waits for its own blocks */
+    assert_true(pool_made_a_thread_wait(3, 10000));
     pthread_create(&th_free, NULL, tapper_main, &free_one);
-    for (i = 0; i < 5000 && atomic_load(&free_one.done) < 20; i++)
+    for (i = 0; i < 20000 && atomic_load(&free_one.done) < 20; i++)
         tu_sleep_us(1000);
     assert_int_equal(atomic_load(&free_one.done), 20);
     pthread_join(th_free, NULL);
