@@ -14,6 +14,10 @@ import pytest
 
 from conftest import run_python
 
+# The tool and its probes run on the GPU machine's one JAX; here they are
+# checked on .venv's, as the repository's own (make test: not on the others).
+pytestmark = pytest.mark.repo
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PROBES = sorted((REPO / "tests" / "gpu" / "probes").glob("probe_*.py"))
 
