@@ -394,18 +394,26 @@ typedef struct hcb_share {
     /* What the calls of one execution share: XLA's run id (hcb_ffi_run_id),
      * or 0 where there is none. */
     int64_t launch;
+    /* Nonzero: every participant passes the whole operands (and, for a tap
+     * delivered now, a record of them made for `runner`), so the first to
+     * come runs the function, as the runner (the device it is given is
+     * `runner`) -- the devices of a step arrive one after the other on a
+     * busy machine, and the runner need not be the first.  Zero: the
+     * runner alone runs it, and the others need pass no operands. */
+    int first_runs;
 } hcb_share;
 
 #define HCB_SHARE_INIT                                                         \
     {                                                                          \
-        sizeof(hcb_share), 0, 1, 0                                             \
+        sizeof(hcb_share), 0, 1, 0, 0                                          \
     }
 
 /* Makes call `id` of `device` as one of `share->participants` devices: the
- * runner runs it as hcb_runtime_call does and publishes a copy of its
+ * runner (or, with `first_runs`, the first participant to come, for the
+ * runner) runs it as hcb_runtime_call does and publishes a copy of its
  * results (or its error); each other participant waits for it and copies
  * those bytes into its own `results`, or fails with the runner's error
- * (recorded by the runner only).  The k-th call of `id` by each device in
+ * (recorded for the runner only).  The k-th call of `id` by each device in
  * one launch meet: every device makes the same calls, in the same order,
  * as they do in an SPMD program.  No lock is held while the function runs
  * or bytes are copied.  A participant that has waited HCB_CALL_WAIT_WARN_NS
@@ -421,7 +429,9 @@ HCB_API int hcb_runtime_call_shared(hcb_runtime *rt, const hcb_share *share,
 
 /* The same for a tap delivered now (hcb_runtime_deliver): the runner
  * passes its record and delivers it; the others pass NULL, wait until the
- * runner's tap function has returned, and return its outcome. */
+ * runner's tap function has returned, and return its outcome.  With
+ * `first_runs` every participant passes a record for the runner's device:
+ * the first to come delivers its own, the others' are released. */
 HCB_API int hcb_runtime_deliver_shared(hcb_runtime *rt, const hcb_share *share,
                                        uint64_t id, hcb_device device,
                                        hcb_record *rec, int flags,

@@ -157,11 +157,12 @@ tap_deliver_mode(const XLA_FFI_CallFrame *frame, int *mode, hcb_error *err)
 /* The optional attributes of a call or tap that the devices of a
  * computation share (jit over sharded operands: every device runs it, one
  * runs the function; shared.c): runner (u64, the device key of that one)
- * and participants (s64, the devices of this process that make it).
- * `*shared` false when there are none. */
+ * and participants (s64, the devices of this process that make it); on
+ * `platform`, whether the first device to come may run it.  `*shared`
+ * false when there are none. */
 static inline int
-share_of(const XLA_FFI_CallFrame *frame, hcb_share *share, bool *shared,
-         hcb_error *err)
+share_of(const XLA_FFI_CallFrame *frame, const hcb__platform *platform,
+         hcb_share *share, bool *shared, hcb_error *err)
 {
     uint64_t runner = 0;
     int64_t participants = 0, launch = 0;
@@ -184,8 +185,63 @@ share_of(const XLA_FFI_CallFrame *frame, hcb_share *share, bool *shared,
     share->runner = (hcb_device)runner;
     share->participants = participants;
     share->launch = launch;
+    share->first_runs = platform->first_runs;
     *shared = true;
     return HCB_OK;
+}
+
+/* Queues a tap that the devices of a computation share, made for its
+ * runner by the one that queues it: a failure to queue it waits for
+ * barrier_wait, since the other devices went on -- failing this one alone
+ * would leave them waiting in the computation's next collective. */
+static inline int
+send_shared_tap(const hcb__handler *h, hcb_runtime *rt,
+                const XLA_FFI_CallFrame *frame, uint64_t id,
+                const hcb_share *share, const hcb_array *views, size_t n,
+                hcb_error *err)
+{
+    hcb_error kept;
+    int rc;
+
+    if ((rc = h->platform->send(rt, frame, id, share->runner, views, n, err)) ==
+        HCB_OK)
+        return HCB_OK;
+    hcb_error_set(&kept, rc, "a tap shared by %lld devices was not queued: %s",
+                  (long long)share->participants, err->message);
+    hcb_runtime_record_error(rt, share->runner, &kept);
+    err->code = HCB_OK;
+    err->message[0] = '\0';
+    return HCB_OK;
+}
+
+/* A shared tap that the first device to come runs (hcb_share.first_runs):
+ * it makes the runner's record of its own operands (every device holds
+ * them whole) and queues it, or delivers it now; the others make none. */
+typedef struct shared_tap {
+    const hcb__handler *h;
+    hcb_runtime *rt;
+    const XLA_FFI_CallFrame *frame;
+    uint64_t id;
+    const hcb_share *share;
+    const hcb_array *views;
+    size_t n;
+    int mode, flags;
+} shared_tap;
+
+static inline int
+run_shared_tap(void *ctx, hcb_error *err)
+{
+    shared_tap *t = ctx;
+    hcb_record *rec;
+    int rc;
+
+    if (t->mode == TAP_QUEUED)
+        return send_shared_tap(t->h, t->rt, t->frame, t->id, t->share, t->views,
+                               t->n, err);
+    if ((rc = t->h->platform->fetch(t->rt, t->frame, t->id, t->share->runner,
+                                    t->views, t->n, &rec, err)) != HCB_OK)
+        return rc;
+    return hcb_runtime_deliver(t->rt, rec, t->flags, err);
 }
 
 /* The work of a tap; its errors are its own, but with `*delivered` set
@@ -211,15 +267,15 @@ tap_work(XLA_FFI_CallFrame *frame, const hcb__handler *h, hcb_error *err,
         (rc = hcb_ffi_attr_i64(&frame->attrs, "ntapped", &ntapped, err)) !=
             HCB_OK ||
         (rc = tap_deliver_mode(frame, &mode, err)) != HCB_OK ||
-        (rc = share_of(frame, &share, &shared, err)) != HCB_OK ||
+        (rc = share_of(frame, h->platform, &share, &shared, err)) != HCB_OK ||
         (rc = h->platform->device(rt, frame, &device, err)) != HCB_OK ||
         (rc = check_tap_frame(frame, ntapped, err)) != HCB_OK ||
         (rc = forward_operands(h->platform, frame, err)) != HCB_OK)
         return rc;
     flags = mode == TAP_NOW ? HCB_DELIVER_FAIL : HCB_DELIVER_KEEP_ERROR;
-    if (shared && device != share.runner) {
-        /* another device taps: a queued tap is its alone; a tap delivered
-         * now, the others wait for, to fail with it */
+    if (shared && !share.first_runs && device != share.runner) {
+        /* another device taps: a queued tap is the runner's alone; a tap
+         * delivered now, the others wait for, to fail with it */
         if (mode == TAP_QUEUED)
             return HCB_OK;
         *delivered = true;
@@ -243,22 +299,23 @@ tap_work(XLA_FFI_CallFrame *frame, const hcb__handler *h, hcb_error *err,
             goto out;
         }
     }
-    if (mode == TAP_QUEUED) {
+    if (shared && share.first_runs) {
+        /* the first device to come queues it or delivers it, for the
+         * runner; the others wait until it has -- a queued one too, so that
+         * a later call run by one of them comes after it in the runner's
+         * order */
+        shared_tap t = {h,    rt,   frame, id, &share, views, (size_t)ntapped,
+                        mode, flags};
+
+        *delivered = mode == TAP_NOW;
+        rc = hcb__share(rt, &share, id, device, run_shared_tap, &t, NULL, 0,
+                        err);
+    } else if (mode == TAP_QUEUED && shared) {
+        rc = send_shared_tap(h, rt, frame, id, &share, views, (size_t)ntapped,
+                             err);
+    } else if (mode == TAP_QUEUED) {
         rc = h->platform->send(rt, frame, id, device, views, (size_t)ntapped,
                                err);
-        if (rc != HCB_OK && shared) {
-            /* the other devices went on: failing this one alone would
-             * leave them waiting in the computation's next collective, so
-             * the failure waits for barrier_wait */
-            hcb_error kept;
-
-            hcb_error_set(&kept, rc,
-                          "a tap shared by %lld devices was not "
-                          "queued: %s",
-                          (long long)share.participants, err->message);
-            hcb_runtime_record_error(rt, device, &kept);
-            rc = HCB_OK;
-        }
     } else if ((rc = h->platform->fetch(rt, frame, id, device, views,
                                         (size_t)ntapped, &rec, err)) ==
                HCB_OK) {
@@ -340,7 +397,8 @@ hcb__call_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
     if ((rt = handler_runtime(h, &inner)) == NULL ||
         (rc = hcb_ffi_attr_u64(&frame->attrs, "callback_id", &id, &inner)) !=
             HCB_OK ||
-        (rc = share_of(frame, &share, &shared, &inner)) != HCB_OK ||
+        (rc = share_of(frame, h->platform, &share, &shared, &inner)) !=
+            HCB_OK ||
         (rc = h->platform->device(rt, frame, &device, &inner)) != HCB_OK)
         return hcb_error_set(err, inner.code, "hcb_call: %s", inner.message);
     if (nargs + nrets > STACK_ARRAYS &&

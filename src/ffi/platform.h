@@ -48,6 +48,12 @@ typedef struct hcb__platform {
     int (*fetch)(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
                  hcb_device device, const hcb_array *src, size_t n,
                  hcb_record **out, hcb_error *err);
+    /* Whether, under jit over sharded operands, every device of the
+     * computation holds the whole operands where the function reads them,
+     * so the first device to reach a shared call may run it for the runner
+     * (hcb_share.first_runs): the CPU's, in host memory.  CUDA's are on
+     * each device, and only the runner copies them to the host. */
+    bool first_runs;
 } hcb__platform;
 
 extern const hcb__platform hcb__platform_cpu;

@@ -84,8 +84,8 @@ cpu_call(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
                             err);
 }
 
-const hcb__platform hcb__platform_cpu = {cpu_device, cpu_copy_on_device,
-                                         cpu_send, cpu_call, cpu_fetch};
+const hcb__platform hcb__platform_cpu = {
+    cpu_device, cpu_copy_on_device, cpu_send, cpu_call, cpu_fetch, true};
 
 /* ---- the exported CPU handlers ------------------------------------------ */
 

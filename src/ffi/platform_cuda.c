@@ -506,12 +506,12 @@ cuda_call_in_place(hcb_runtime *rt, const XLA_FFI_CallFrame *frame, uint64_t id,
     return rc;
 }
 
-const hcb__platform hcb__platform_cuda = {cuda_device, cuda_copy_on_device,
-                                          cuda_send, cuda_call, cuda_fetch};
+const hcb__platform hcb__platform_cuda = {
+    cuda_device, cuda_copy_on_device, cuda_send, cuda_call, cuda_fetch, false};
 
 const hcb__platform hcb__platform_cuda_in_place = {
-    cuda_device, cuda_copy_on_device, cuda_send, cuda_call_in_place,
-    cuda_fetch};
+    cuda_device,        cuda_copy_on_device, cuda_send,
+    cuda_call_in_place, cuda_fetch,          false};
 
 /* ---- the ordinal ---------------------------------------------------------
  *

@@ -188,10 +188,10 @@ typedef struct meeting_seat {
     uint64_t next;
 } meeting_seat;
 
-/* One call site's shared calls in one launch (shared.c): the runner
- * publishes the outcome of its meetings one after the other, the other
- * participants take each, the last of them closes it.  The key and the
- * seats are under rt->meet_mu; the counters are atomics (shared.c,
+/* One call site's shared calls in one launch (shared.c): the runner (or
+ * the first to come) publishes the outcome of its meetings one after the
+ * other, the other participants take each, the last of them closes it.  The key
+ * and the seats are under rt->meet_mu; the counters are atomics (shared.c,
  * "Meetings"); the outcome is written by the runner before it publishes and
  * read by the others after. */
 typedef struct meeting {
@@ -203,6 +203,7 @@ typedef struct meeting {
     meeting_seat *seats; /* one per participant, as each first comes */
     int64_t nseats;
     _Atomic int64_t inside;     /* calls in it now: not to be reused */
+    _Atomic uint64_t claimed;   /* meetings whose runner is known */
     _Atomic uint64_t published; /* meetings whose outcome is there */
     _Atomic uint64_t closed;    /* meetings all participants took */
     _Atomic int64_t taken;      /* of the others, those that took the last */
@@ -379,6 +380,17 @@ void hcb__meetings_destroy(hcb_runtime *rt);
 /* In the child of a fork: no meeting under way, the lock and condition
  * new. */
 void hcb__meetings_reset_after_fork(hcb_runtime *rt);
+/* What the one device that runs a shared call does: its call, delivery or
+ * queueing. */
+typedef int (*hcb__share_work)(void *ctx, hcb_error *err);
+/* `device`'s part of a shared call of `id` whose work is `work`: as
+ * hcb_runtime_call_shared, the one that runs it publishes its outcome and
+ * the bytes of `results`, the others copy them into theirs.  A handler
+ * whose work makes its own record (a tap with first_runs) uses it: the
+ * devices that do not run it make none. */
+int hcb__share(hcb_runtime *rt, const hcb_share *share, uint64_t id,
+               hcb_device device, hcb__share_work work, void *ctx,
+               const hcb_array *results, size_t nresults, hcb_error *err);
 
 /* calls.c */
 /* Parks `error` for call `id` until `ndevices` devices have taken it;

@@ -373,8 +373,9 @@ test_parked_call_failure_is_raised_by_every_device(void **state)
 }
 
 /* Attributes runner and participants (jit over sharded operands): each
- * device's handler makes the call, the runner runs it on its operands, and
- * the other devices' results are a copy of the runner's. */
+ * device's handler makes the call on the whole operands, one of them runs
+ * it for the runner (on the CPU, the first to come: hcb_share.first_runs),
+ * and the other devices' results are a copy of its. */
 typedef struct sharing_device {
     int32_t ordinal;
     float x[2], y[2];
@@ -406,7 +407,7 @@ share_call(void *p)
 static void
 test_a_call_with_a_runner_is_shared_by_its_devices(void **state)
 {
-    sharing_device d[2] = {{0, {5, 5}, {0, 0}, 0, -1},
+    sharing_device d[2] = {{0, {1.5f, -2}, {0, 0}, 0, -1},
                            {1, {1.5f, -2}, {0, 0}, 0, -1}};
     pthread_t threads[2];
     int i;

@@ -414,11 +414,12 @@ test_out_of_memory_is_an_error(void **state)
     hcb_set_allocator(NULL);
 }
 
-/* A queued tap with attribute runner (jit over sharded operands) is the
- * runner's alone: another device's handler taps nothing.  The runner's
- * that cannot be queued does not fail the computation on that device
- * alone (the others would wait for it in their next collective): its
- * failure waits for the barrier. */
+/* A queued tap with attribute runner (jit over sharded operands) is
+ * queued once, for the runner, by the first device to come (on the CPU
+ * every device holds the whole operands: hcb_share.first_runs); the
+ * others' handlers queue nothing.  One that cannot be queued does not fail
+ * the computation on that device alone (the others would wait for it in
+ * their next collective): its failure waits for the barrier. */
 static void
 shared_frame(test_frame *tf, float *x, int64_t *dims, int runner)
 {
@@ -430,13 +431,27 @@ shared_frame(test_frame *tf, float *x, int64_t *dims, int runner)
     tf_add_u64(tf, "runner", HCB_DEVICE(HCB_PLATFORM_CPU, runner));
 }
 
+/* The 4 devices' handlers of one shared tap, one after the other in this
+ * thread, cpu:`first` first; each must succeed. */
 static void
-test_a_shared_queued_tap_is_the_runners(void **state)
+tap_on_every_device(test_frame *tf, int first)
+{
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    int i;
+
+    for (i = 0; i < 4; i++) {
+        test_thread_ordinal = (first + i) % 4;
+        assert_int_equal(run(tf, msg), 0);
+    }
+    test_thread_ordinal = 0;
+}
+
+static void
+test_a_shared_queued_tap_is_queued_once_for_the_runner(void **state)
 {
     static float x[4096]; /* 16 KiB: a record the pools do not hold ready */
     int64_t d[1] = {4096};
     test_frame tf;
-    char msg[HCB_ERROR_MESSAGE_SIZE];
     size_t before;
     hcb_error last;
 
@@ -444,24 +459,27 @@ test_a_shared_queued_tap_is_the_runners(void **state)
     hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL);
     (void)hcb_runtime_take_error(rt, NULL);
     before = tu_sink_count(sink);
-    shared_frame(&tf, x, d, 2); /* this thread is cpu:0 */
-    assert_int_equal(run(&tf, msg), 0);
-    shared_frame(&tf, x, d, 0);
-    assert_int_equal(run(&tf, msg), 0);
+    shared_frame(&tf, x, d, 2);
+    test_thread_run_id = 41;
+    tap_on_every_device(&tf, 1); /* cpu:1 comes first */
+    tap_on_every_device(&tf, 3);
     hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL);
-    assert_int_equal(tu_sink_count(sink), before + 1);
+    assert_int_equal(tu_sink_count(sink), before + 2);
+    assert_int_equal(sink->device[before], HCB_DEVICE(HCB_PLATFORM_CPU, 2));
+    assert_int_equal(sink->device[before + 1], HCB_DEVICE(HCB_PLATFORM_CPU, 2));
 
     tu_install_allocator();
     tu_fail_alloc_after(0);
-    assert_int_equal(run(&tf, msg), 0);
+    tap_on_every_device(&tf, 0);
     tu_fail_alloc_after(-1);
     hcb_set_allocator(NULL);
     assert_int_equal(hcb_runtime_take_error(rt, &last), 1);
     assert_non_null(strstr(last.message, "a tap shared by 4 devices was not "
                                          "queued: cannot allocate"));
-    assert_int_equal(run(&tf, msg), 0); /* and the next one is */
+    tap_on_every_device(&tf, 2); /* and the next one is */
     hcb_runtime_barrier(rt, HCB_ALL_DEVICES, NULL);
-    assert_int_equal(tu_sink_count(sink), before + 2);
+    assert_int_equal(tu_sink_count(sink), before + 3);
+    test_thread_run_id = -1;
 }
 
 int
@@ -479,7 +497,8 @@ main(void)
         cmocka_unit_test(test_zero_operands),
         cmocka_unit_test(test_malformed_frames_fail_cleanly),
         cmocka_unit_test(test_out_of_memory_is_an_error),
-        cmocka_unit_test(test_a_shared_queued_tap_is_the_runners),
+        cmocka_unit_test(
+            test_a_shared_queued_tap_is_queued_once_for_the_runner),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -99,7 +99,8 @@ s64_array(int64_t *v)
 }
 
 /* One device's calls of a shared call target: `rounds` of them, the
- * runner passing its round number (13: a failure), the others -1. */
+ * runner passing its round number (13: a failure), the others -1 -- or,
+ * with first_runs, every device its round number (the whole operands). */
 typedef struct device_run {
     hcb_share share;
     uint64_t id;
@@ -118,7 +119,8 @@ run_device(void *p)
     int r;
 
     for (r = 0; r < d->rounds; r++) {
-        int64_t in = device == d->share.runner ? r : -1, out = -7;
+        int64_t in = device == d->share.runner || d->share.first_runs ? r : -1;
+        int64_t out = -7;
         hcb_array arg = s64_array(&in), res = s64_array(&out);
         hcb_error err;
 
@@ -131,27 +133,46 @@ run_device(void *p)
     return NULL;
 }
 
-/* Runs `rounds` shared calls of `id` on NDEV threads, device `runner`
- * running them, in `launch`. */
+/* Sets up device `ordinal`'s `rounds` shared calls of `id`, run by
+ * device `runner` (or, with `first_runs`, the first to come), in
+ * `launch`. */
 static void
-run_devices(device_run *d, uint64_t id, int runner, int rounds, int64_t launch)
+device_setup(device_run *d, int ordinal, uint64_t id, int runner, int rounds,
+             int64_t launch, int first_runs)
+{
+    memset(d, 0, sizeof *d);
+    d->share = (hcb_share)HCB_SHARE_INIT;
+    d->share.runner = CPU(runner);
+    d->share.participants = NDEV;
+    d->share.launch = launch;
+    d->share.first_runs = first_runs;
+    d->id = id;
+    d->ordinal = ordinal;
+    d->rounds = rounds;
+}
+
+/* Runs `rounds` shared calls of `id` on NDEV threads, as device_setup
+ * says. */
+static void
+run_devices_first(device_run *d, uint64_t id, int runner, int rounds,
+                  int64_t launch, int first_runs)
 {
     pthread_t threads[NDEV];
     int i;
 
     for (i = 0; i < NDEV; i++) {
-        memset(&d[i], 0, sizeof d[i]);
-        d[i].share = (hcb_share)HCB_SHARE_INIT;
-        d[i].share.runner = CPU(runner);
-        d[i].share.participants = NDEV;
-        d[i].share.launch = launch;
-        d[i].id = id;
-        d[i].ordinal = i;
-        d[i].rounds = rounds;
+        device_setup(&d[i], i, id, runner, rounds, launch, first_runs);
         pthread_create(&threads[i], NULL, run_device, &d[i]);
     }
     for (i = 0; i < NDEV; i++)
         pthread_join(threads[i], NULL);
+}
+
+/* The same, device `runner` running them. */
+static void
+run_devices(device_run *d, uint64_t id, int runner, int rounds, int64_t launch)
+{
+    run_devices_first(d, id, runner, rounds, launch, 0);
 }
 
 /* The runner runs the function once per call, with its own operands; every
@@ -204,6 +225,59 @@ test_the_runners_failure_fails_every_device(void **state)
         assert_string_equal(d[i].message, "fail_fn said no");
     }
     (void)hcb_runtime_take_error(rt, NULL);
+}
+
+/* With first_runs, the first device to come runs the call, as the runner
+ * (the function is given the runner's device), and the others take its
+ * results, the runner too, which came last: once per call, its failure
+ * every device's and recorded once. */
+static void
+test_with_first_runs_the_first_to_come_runs_it_as_the_runner(void **state)
+{
+    device_run d[NDEV];
+    pthread_t thread;
+    hcb_error last;
+    int i, r;
+
+    (void)state;
+    atomic_store(&echo_runs, 0);
+    atomic_store(&echo_device, -1);
+    /* device 1 comes alone: it runs the call for cpu:3 and goes on */
+    device_setup(&d[1], 1, echo_id, 3, 1, 31, 1);
+    pthread_create(&thread, NULL, run_device, &d[1]);
+    pthread_join(thread, NULL);
+    assert_int_equal(atomic_load(&echo_runs), 1);
+    assert_int_equal(atomic_load(&echo_device), 3);
+    assert_int_equal(d[1].rc[0], HCB_OK);
+    assert_int_equal(d[1].got[0], 3);
+    /* the others, the runner last, take that outcome: no second run */
+    for (i = 0; i < NDEV; i++) {
+        if (i == 1)
+            continue;
+        device_setup(&d[i], i, echo_id, 3, 1, 31, 1);
+        run_device(&d[i]);
+        assert_int_equal(d[i].rc[0], HCB_OK);
+        assert_int_equal(d[i].got[0], 3);
+    }
+    assert_int_equal(atomic_load(&echo_runs), 1);
+
+    /* all at once, call after call */
+    (void)hcb_runtime_take_error(rt, NULL);
+    atomic_store(&echo_runs, 0);
+    run_devices_first(d, echo_id, 2, 20, 32, 1);
+    assert_int_equal(atomic_load(&echo_runs), 20);
+    for (i = 0; i < NDEV; i++)
+        for (r = 0; r < 20; r++) {
+            if (r == 13) {
+                assert_int_equal(d[i].rc[r], HCB_ECALLBACK);
+                continue;
+            }
+            assert_int_equal(d[i].rc[r], HCB_OK);
+            assert_int_equal(d[i].got[r], r * 10 + 2);
+        }
+    assert_string_equal(d[0].message, "echo_fn refused 13");
+    assert_int_equal(hcb_runtime_take_error(rt, &last), 1);
+    assert_string_equal(last.message, "echo_fn refused 13");
 }
 
 /* Launches are apart: two of them under way at once, each its devices'
@@ -273,7 +347,9 @@ tap_device(void *p)
     hcb_record *rec = NULL;
     hcb_error err;
 
-    if (device == t->share.runner) {
+    /* the runner passes its record, or, with first_runs, every device one
+     * made for the runner */
+    if (device == t->share.runner || t->share.first_runs) {
         int64_t dims[1] = {1};
         hcb_array a;
 
@@ -283,7 +359,8 @@ tap_device(void *p)
         a.dims = dims;
         a.data = &t->value;
         a.nbytes = sizeof t->value;
-        if (hcb_record_create(sink_id, device, &a, 1, &rec, NULL) != HCB_OK)
+        if (hcb_record_create(sink_id, t->share.runner, &a, 1, &rec, NULL) !=
+            HCB_OK)
             return NULL;
     }
     t->rc = hcb_runtime_deliver_shared(rt, &t->share, sink_id, device, rec,
@@ -295,7 +372,7 @@ tap_device(void *p)
 }
 
 static void
-deliver_on_devices(tap_run *t, int32_t value, int flags)
+deliver_on_devices_first(tap_run *t, int32_t value, int flags, int first_runs)
 {
     pthread_t threads[NDEV];
     int i;
@@ -305,7 +382,8 @@ deliver_on_devices(tap_run *t, int32_t value, int flags)
         t[i].share = (hcb_share)HCB_SHARE_INIT;
         t[i].share.runner = CPU(3);
         t[i].share.participants = NDEV;
-        t[i].share.launch = 7;
+        t[i].share.launch = 7 + first_runs;
+        t[i].share.first_runs = first_runs;
         t[i].ordinal = i;
         t[i].value = value;
         t[i].flags = flags;
@@ -316,22 +394,32 @@ deliver_on_devices(tap_run *t, int32_t value, int flags)
 }
 
 static void
+deliver_on_devices(tap_run *t, int32_t value, int flags)
+{
+    deliver_on_devices_first(t, value, flags, 0);
+}
+
+static void
 test_a_shared_tap_is_delivered_once_before_any_device_goes_on(void **state)
 {
     tap_run t[NDEV];
     hcb_error last;
     size_t before = tu_sink_count(sink);
-    int i;
+    int i, first;
 
     (void)state;
     sink->delay_us = 2000; /* a slow tap function: the others must wait */
-    deliver_on_devices(t, 5, HCB_DELIVER_FAIL);
-    sink->delay_us = 0;
-    assert_int_equal(tu_sink_count(sink), before + 1);
-    for (i = 0; i < NDEV; i++) {
-        assert_int_equal(t[i].rc, HCB_OK);
-        assert_int_equal(t[i].seen_after, before + 1);
+    for (first = 0; first <= 1; first++) {
+        deliver_on_devices_first(t, 5, HCB_DELIVER_FAIL, first);
+        assert_int_equal(tu_sink_count(sink), before + 1);
+        assert_int_equal(sink->device[before], CPU(3)); /* the runner's */
+        for (i = 0; i < NDEV; i++) {
+            assert_int_equal(t[i].rc, HCB_OK);
+            assert_int_equal(t[i].seen_after, before + 1);
+        }
+        before++;
     }
+    sink->delay_us = 0;
 
     (void)hcb_runtime_take_error(rt, NULL);
     sink->fail_on = 13;
@@ -400,6 +488,19 @@ test_bad_shares_are_refused(void **state)
                      HCB_EINVAL);
     assert_non_null(strstr(err.message, "the runner, and it alone, passes a "
                                         "record"));
+    /* with first_runs, every device passes one, made for the runner */
+    share.first_runs = 1;
+    assert_int_equal(hcb_runtime_deliver_shared(rt, &share, sink_id, CPU(1),
+                                                NULL, HCB_DELIVER_FAIL, &err),
+                     HCB_EINVAL);
+    assert_non_null(strstr(err.message, "every participant passes a record "
+                                        "made for the runner"));
+    assert_int_equal(hcb_record_create(sink_id, CPU(0), &a, 1, &rec, NULL),
+                     HCB_OK);
+    assert_int_equal(hcb_runtime_deliver_shared(rt, &share, sink_id, CPU(1),
+                                                rec, HCB_DELIVER_FAIL, &err),
+                     HCB_EINVAL);
+    share.first_runs = 0;
     hcb_set_allocator(NULL);
 
     /* results of another size than the runner's */
@@ -483,6 +584,8 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_runner_runs_each_call_once_for_every_device),
         cmocka_unit_test(test_the_runners_failure_fails_every_device),
+        cmocka_unit_test(
+            test_with_first_runs_the_first_to_come_runs_it_as_the_runner),
         cmocka_unit_test(test_launches_meet_apart),
         cmocka_unit_test(
             test_a_shared_tap_is_delivered_once_before_any_device_goes_on),
