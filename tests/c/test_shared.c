@@ -4,6 +4,7 @@
 
 #include "testutil.h"
 
+#include <stddef.h>
 #include <stdio.h>
 
 #define NDEV   4
@@ -500,6 +501,17 @@ test_bad_shares_are_refused(void **state)
     assert_int_equal(hcb_runtime_deliver_shared(rt, &share, sink_id, CPU(1),
                                                 rec, HCB_DELIVER_FAIL, &err),
                      HCB_EINVAL);
+    /* a share as old as the field's absence: the runner alone runs it, so
+     * another device's record is refused */
+    share.struct_size = offsetof(hcb_share, first_runs);
+    assert_int_equal(hcb_record_create(sink_id, CPU(1), &a, 1, &rec, NULL),
+                     HCB_OK);
+    assert_int_equal(hcb_runtime_deliver_shared(rt, &share, sink_id, CPU(0),
+                                                rec, HCB_DELIVER_FAIL, &err),
+                     HCB_EINVAL);
+    assert_non_null(strstr(err.message, "the runner, and it alone, passes a "
+                                        "record"));
+    share.struct_size = sizeof share;
     share.first_runs = 0;
     hcb_set_allocator(NULL);
 
