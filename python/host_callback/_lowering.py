@@ -213,10 +213,15 @@ def _lower_shared(ctx: mlir.LoweringRuleContext, target: str,
   _pacing.mark(ctx.module_context)
   _with_runtime_tokens(ctx.module_context)
   devices = _device_assignment(ctx)
+  # first_runs: the first device to reach the call may run it for the
+  # runner where the platform allows (src/runtime/shared.c, "Who runs");
+  # _order.py turns it off in a program that also holds JAX's Python
+  # callback, which only the runner's thread issues.
   attributes = dict(
       attributes,
       runner=np.uint64(_devices.device_key(devices[device_index])),
-      participants=np.int64(ndevices))
+      participants=np.int64(ndevices),
+      **{_order.FIRST_RUNS: np.int64(1)})
   ordered = has_side_effect
   inner_ctx, operands = (_with_token(ctx, args) if ordered
                          else (ctx, tuple(args)))

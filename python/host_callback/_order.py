@@ -401,6 +401,48 @@ def chain_module(module: Any) -> None:
   """Chains the ordered callbacks of ``module`` in program order."""
   with module.context, ir.Location.unknown():
     _Chainer(module).module()
+    _runners_run_after_python_callbacks(module)
+
+
+def _nested(op: Any) -> Iterator[Any]:
+  """Every op inside ``op``, at any depth."""
+  for region in op.regions:
+    for block in region.blocks:
+      for inner in block.operations:
+        inner = getattr(inner, "operation", inner)
+        yield inner
+        yield from _nested(inner)
+
+
+# The attribute of a call that the devices share under jit over sharded
+# operands (_lowering._lower_shared) that lets the first device to reach
+# it run it for its runner (src/runtime/shared.c, "Who runs").
+FIRST_RUNS = "first_runs"
+_BACKEND_CONFIG = "mhlo.backend_config"
+
+
+def _runners_run_after_python_callbacks(module: Any) -> None:
+  """In a module that also holds JAX's Python callback (the sharded path of
+  _lowering.py: it runs on the runner's own thread, and only there), has
+  the runner run every shared call itself: another device that came first
+  would run it before the runner's thread had issued the callbacks that
+  come before it."""
+  ops = list(_nested(module.operation))
+  if not any(ir.StringAttr(mark).value == "first"
+             for op in ops
+             if (mark := _frontend_attributes(op).get(_MARK)) is not None):
+    return
+  for op in ops:
+    if (op.name != "stablehlo.custom_call" or
+        _BACKEND_CONFIG not in op.attributes):
+      continue
+    config = ir.DictAttr(op.attributes[_BACKEND_CONFIG])
+    if FIRST_RUNS not in config:
+      continue
+    entries = {config[i].name: config[i].attr for i in range(len(config))}
+    entries[FIRST_RUNS] = ir.IntegerAttr.get(
+        ir.IntegerType.get_signless(64), 0)
+    op.attributes[_BACKEND_CONFIG] = ir.DictAttr.get(entries)
 
 
 def _is_chain_start(token: Any) -> bool:

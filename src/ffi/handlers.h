@@ -156,16 +156,17 @@ tap_deliver_mode(const XLA_FFI_CallFrame *frame, int *mode, hcb_error *err)
 
 /* The optional attributes of a call or tap that the devices of a
  * computation share (jit over sharded operands: every device runs it, one
- * runs the function; shared.c): runner (u64, the device key of that one)
- * and participants (s64, the devices of this process that make it); on
- * `platform`, whether the first device to come may run it.  `*shared`
+ * runs the function; shared.c): runner (u64, the device key of that one),
+ * participants (s64, the devices of this process that make it) and
+ * first_runs (s64, optional: nonzero when the program lets the first
+ * device to come run it, which `platform` must allow too).  `*shared`
  * false when there are none. */
 static inline int
 share_of(const XLA_FFI_CallFrame *frame, const hcb__platform *platform,
          hcb_share *share, bool *shared, hcb_error *err)
 {
     uint64_t runner = 0;
-    int64_t participants = 0, launch = 0;
+    int64_t participants = 0, launch = 0, first = 0;
     hcb_error ignored;
     int rc;
 
@@ -175,7 +176,10 @@ share_of(const XLA_FFI_CallFrame *frame, const hcb__platform *platform,
     if ((rc = hcb_ffi_attr_u64(&frame->attrs, "runner", &runner, err)) !=
             HCB_OK ||
         (rc = hcb_ffi_attr_i64(&frame->attrs, "participants", &participants,
-                               err)) != HCB_OK)
+                               err)) != HCB_OK ||
+        (hcb_ffi_attr_find(&frame->attrs, "first_runs", NULL) != NULL &&
+         (rc = hcb_ffi_attr_i64(&frame->attrs, "first_runs", &first, err)) !=
+             HCB_OK))
         return rc;
     /* without run ids (older XLA) every launch is one: the devices still
      * meet call by call */
@@ -185,7 +189,7 @@ share_of(const XLA_FFI_CallFrame *frame, const hcb__platform *platform,
     share->runner = (hcb_device)runner;
     share->participants = participants;
     share->launch = launch;
-    share->first_runs = platform->first_runs;
+    share->first_runs = platform->first_runs && first != 0;
     *shared = true;
     return HCB_OK;
 }

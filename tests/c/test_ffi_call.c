@@ -374,13 +374,15 @@ test_parked_call_failure_is_raised_by_every_device(void **state)
 
 /* Attributes runner and participants (jit over sharded operands): each
  * device's handler makes the call on the whole operands, one of them runs
- * it for the runner (on the CPU, the first to come: hcb_share.first_runs),
- * and the other devices' results are a copy of its. */
+ * it for the runner -- with attribute first_runs, on the CPU, the first to
+ * come (hcb_share.first_runs); without, the runner itself, on its own
+ * operands -- and the other devices' results are a copy of its. */
 typedef struct sharing_device {
     int32_t ordinal;
     float x[2], y[2];
     int32_t n;
     int rc;
+    int64_t first_runs;
 } sharing_device;
 
 static void *
@@ -392,7 +394,7 @@ share_call(void *p)
     test_frame tf;
 
     test_thread_ordinal = d->ordinal;
-    test_thread_run_id = 9;
+    test_thread_run_id = 10 + d->first_runs; /* a launch per mode */
     tf_init(&tf);
     tf_add_arg(&tf, XLA_FFI_DataType_F32, d->x, 1, dx);
     tf_add_ret(&tf, XLA_FFI_DataType_F32, d->y, 1, dx);
@@ -400,6 +402,8 @@ share_call(void *p)
     tf_add_u64(&tf, "callback_id", double_id);
     tf_add_i64(&tf, "participants", 2);
     tf_add_u64(&tf, "runner", HCB_DEVICE(HCB_PLATFORM_CPU, 1));
+    if (d->first_runs >= 0)
+        tf_add_i64(&tf, "first_runs", d->first_runs);
     d->rc = run(&tf, msg);
     return NULL;
 }
@@ -407,22 +411,32 @@ share_call(void *p)
 static void
 test_a_call_with_a_runner_is_shared_by_its_devices(void **state)
 {
-    sharing_device d[2] = {{0, {1.5f, -2}, {0, 0}, 0, -1},
-                           {1, {1.5f, -2}, {0, 0}, 0, -1}};
+    /* the whole operands on each, with first_runs; without it (0 or no
+     * attribute), device 0's differ and the runner's are the ones used */
+    const int64_t modes[3] = {1, 0, -1};
+    sharing_device d[2];
     pthread_t threads[2];
-    int i;
+    int i, m;
 
     (void)state;
-    for (i = 0; i < 2; i++)
-        pthread_create(&threads[i], NULL, share_call, &d[i]);
-    for (i = 0; i < 2; i++)
-        pthread_join(threads[i], NULL);
-    for (i = 0; i < 2; i++) {
-        assert_int_equal(d[i].rc, 0);
-        assert_true(d[i].y[0] == 3.0f && d[i].y[1] == -4.0f);
-        assert_int_equal(d[i].n, 2);
+    for (m = 0; m < 3; m++) {
+        sharing_device init[2] = {{0, {1.5f, -2}, {0, 0}, 0, -1, modes[m]},
+                                  {1, {1.5f, -2}, {0, 0}, 0, -1, modes[m]}};
+
+        memcpy(d, init, sizeof d);
+        if (modes[m] != 1)
+            d[0].x[0] = d[0].x[1] = 5;
+        for (i = 0; i < 2; i++)
+            pthread_create(&threads[i], NULL, share_call, &d[i]);
+        for (i = 0; i < 2; i++)
+            pthread_join(threads[i], NULL);
+        for (i = 0; i < 2; i++) {
+            assert_int_equal(d[i].rc, 0);
+            assert_true(d[i].y[0] == 3.0f && d[i].y[1] == -4.0f);
+            assert_int_equal(d[i].n, 2);
+        }
+        assert_int_equal(seen_device, HCB_DEVICE(HCB_PLATFORM_CPU, 1));
     }
-    assert_int_equal(seen_device, HCB_DEVICE(HCB_PLATFORM_CPU, 1));
 }
 
 int

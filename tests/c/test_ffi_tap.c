@@ -414,12 +414,13 @@ test_out_of_memory_is_an_error(void **state)
     hcb_set_allocator(NULL);
 }
 
-/* A queued tap with attribute runner (jit over sharded operands) is
- * queued once, for the runner, by the first device to come (on the CPU
- * every device holds the whole operands: hcb_share.first_runs); the
- * others' handlers queue nothing.  One that cannot be queued does not fail
- * the computation on that device alone (the others would wait for it in
- * their next collective): its failure waits for the barrier. */
+/* A queued tap with attributes runner and first_runs (jit over sharded
+ * operands) is queued once, for the runner, by the first device to come
+ * (on the CPU every device holds the whole operands:
+ * hcb_share.first_runs); the others' handlers queue nothing.  One that cannot
+ * be queued does not fail the computation on that device alone (the others
+ * would wait for it in their next collective): its failure waits for the
+ * barrier. */
 static void
 shared_frame(test_frame *tf, float *x, int64_t *dims, int runner)
 {
@@ -429,6 +430,7 @@ shared_frame(test_frame *tf, float *x, int64_t *dims, int runner)
     tf_add_i64(tf, "ntapped", 1);
     tf_add_i64(tf, "participants", 4);
     tf_add_u64(tf, "runner", HCB_DEVICE(HCB_PLATFORM_CPU, runner));
+    tf_add_i64(tf, "first_runs", 1);
 }
 
 /* The 4 devices' handlers of one shared tap, one after the other in this
