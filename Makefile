@@ -69,7 +69,7 @@ $(VENV)/.demo-deps: requirements/demo.txt
 # at a time; then each Python suite on both cores.  The pip install tests
 # go last in that list: they take the slot the C checks leave (first, they
 # held one while the C checks waited, and the phase took 498 s, not 455 s).
-test: ## set up everything and run every test (what CI runs; 40 minutes in a clean clone on 2 cores)
+test: ## set up everything and run every test (what CI runs; 38 minutes in a clean clone on 2 cores)
 	$(MAKE) -j4 --output-sync=target install install-matrix format-check typecheck ctest ctest-ffi-oldest \
 	  ctest-ffi-newest ctest-asan ctest-tsan ctest-valgrind fuzz test-install
 	$(MAKE) INSTALLED=1 pytest pytest-matrix
