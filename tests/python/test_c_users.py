@@ -10,8 +10,6 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 import host_callback as hcb
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(

@@ -3,7 +3,6 @@ flow, errors, devices, flavors, transformations, inline mode, re-entrancy."""
 
 from __future__ import annotations
 
-import subprocess
 import threading
 
 import jax
