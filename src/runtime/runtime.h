@@ -190,10 +190,10 @@ typedef struct meeting_seat {
 
 /* One call site's shared calls in one launch (shared.c): the runner (or
  * the first to come) publishes the outcome of its meetings one after the
- * other, the other participants take each, the last of them closes it.  The key
- * and the seats are under rt->meet_mu; the counters are atomics (shared.c,
- * "Meetings"); the outcome is written by the runner before it publishes and
- * read by the others after. */
+ * other, the other participants take each, the last of them closes it.
+ * The key and the seats are under rt->meet_mu; the counters are atomics
+ * (shared.c, "Meetings"); the outcome is written by the runner before it
+ * publishes and read by the others after. */
 typedef struct meeting {
     uint64_t id; /* the call's target; 0: a free slot */
     int64_t launch;

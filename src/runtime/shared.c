@@ -460,9 +460,13 @@ hcb_runtime_call_shared(hcb_runtime *rt, const hcb_share *share, uint64_t id,
                         hcb_error *err)
 {
     /* run as the runner, by whichever participant runs it */
-    call_work w = {rt,      id,      share == NULL ? device : share->runner,
-                   args,    results, nargs,
-                   nresults};
+    call_work w = {.rt = rt,
+                   .id = id,
+                   .device = share == NULL ? device : share->runner,
+                   .args = args,
+                   .results = results,
+                   .nargs = nargs,
+                   .nresults = nresults};
     hcb_error local;
 
     if (err == NULL)
