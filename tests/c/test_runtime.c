@@ -117,7 +117,6 @@ test_a_stall_is_warned_from_the_warning_thread(void **state)
     submitter s = {rt, id, 1, 0};
     warned w = {0};
     pthread_t t;
-    int i;
 
     (void)state;
     hcb_record_release(probe);
@@ -127,8 +126,7 @@ test_a_stall_is_warned_from_the_warning_thread(void **state)
     tu_wait_holding(g);
     assert_int_equal(pthread_create(&t, NULL, submit_one, &s), 0);
     pthread_setname_np(t, "producer");
-    for (i = 0; i < 10000 && atomic_load(&w.count) == 0; i++)
-        tu_sleep_us(1000); /* the warning comes after 2 s */
+    tu_poll_nonzero(&w.count, 60.0); /* the warning comes after 2 s */
     assert_int_equal(atomic_load(&w.count), 1);
     assert_false(atomic_load(&s.done)); /* the producer still waits */
     assert_string_equal(w.thread, "hcb-warn");

@@ -84,6 +84,29 @@ tu_sleep_us(long us)
     nanosleep(&ts, NULL);
 }
 
+/* Polls every millisecond until `*count` is non-zero or `seconds` of wall
+ * time have passed; returns what it last read.  A bound in time, not in
+ * polls: under valgrind on a busy machine a waiter that spins with
+ * sched_yield before it sleeps can take seconds to reach its timed wait,
+ * and each poll's sleep can stretch. */
+static inline int
+tu_poll_nonzero(atomic_int *count, double seconds)
+{
+    struct timespec start, now;
+    int seen;
+
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        seen = atomic_load(count);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (seen != 0 || (double)(now.tv_sec - start.tv_sec) +
+                                 (double)(now.tv_nsec - start.tv_nsec) / 1e9 >
+                             seconds)
+            return seen;
+        tu_sleep_us(1000);
+    }
+}
+
 /* ---- a recording tap target -------------------------------------------- */
 
 #define TU_MAX_SEEN 200000
