@@ -43,6 +43,8 @@ class Config:
   compile_reps: int          # repetitions of the compile-time benchmark
   per_call_calls: int        # calls per repetition and condition, item 10
   sharded_steps: int         # scan length of the per-step part, item 11
+  sharded_step_reps: int     # its repetitions (what a callback adds there
+                             # is small beside the collective's noise)
   sharded_calls: int         # calls per repetition and condition, item 11
   sharded_unwaited: int      # calls of an unwaited loop, item 11
   unwaited_timeout_s: float  # an unwaited loop still running then is stuck
@@ -55,8 +57,8 @@ FULL = Config(smoke=False, reps=7, steps=10_000, min_rep_s=0.05,
               bp_tap_bytes=1 * MiB, bp_sleep_s=0.002,
               progress_steps=100_000, progress_every_steps=10_000,
               compile_leaves=(1, 1_000, 4_000, 10_000), compile_reps=3,
-              per_call_calls=1_000, sharded_steps=1_000,
-              sharded_calls=500,
+              per_call_calls=1_000, sharded_steps=2_000,
+              sharded_step_reps=15, sharded_calls=500,
               sharded_unwaited=3_000, unwaited_timeout_s=90)
 
 SMOKE = Config(smoke=True, reps=1, steps=1_000, min_rep_s=0.0,
@@ -66,7 +68,8 @@ SMOKE = Config(smoke=True, reps=1, steps=1_000, min_rep_s=0.0,
                bp_tap_bytes=1 * MiB, bp_sleep_s=0.001,
                progress_steps=2_000, progress_every_steps=200,
                compile_leaves=(1, 100), compile_reps=1, per_call_calls=20,
-               sharded_steps=50, sharded_calls=20, sharded_unwaited=50,
+               sharded_steps=50, sharded_step_reps=1,
+               sharded_calls=20, sharded_unwaited=50,
                unwaited_timeout_s=15)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import math
 import os
 import platform
 
@@ -335,7 +336,8 @@ def sharded_section(r: ShardedResult | None) -> list[str]:
   if r is None:
     return ["Not measured."]
   us_text = lambda s: s.map(lambda v: v * 1e6).text()  # noqa: E731
-  ratio_text = lambda v: "–" if v is None else f"{v:.1f}×"  # noqa: E731
+  ratio_text = lambda v: (  # noqa: E731
+      "–" if v is None else "∞" if math.isinf(v) else f"{v:.1f}×")
   rows = [
       f"In child processes with {sharded_mod.DEVICES} CPU devices. "
       f"**Per step**: a `lax.scan` of {r.steps} steps whose step calls "
@@ -347,9 +349,15 @@ def sharded_section(r: ShardedResult | None) -> list[str]:
       "`device_index`). Until every callback has run. Added: the scan's "
       "time per step less that of the same scan using the sum without a "
       "callback (so the collective the sum needs is the baseline's too), "
-      "repetition by repetition; the ratio is what `jax.debug.callback` "
-      "adds there over what ours adds (the target, under jit over sharded "
-      "operands: ≥ 20×).", "",
+      f"repetition by repetition, over {r.step_reps} repetitions, each of "
+      "which runs every scan once in an order of its own (shuffled). The "
+      "ratio is what `jax.debug.callback` adds there over what ours adds, "
+      "the two medians (the target, under jit over sharded operands: "
+      "≥ 20×); ∞ where ours adds nothing measurable, a median at or below "
+      "zero: under jit over sharded operands what a callback adds is as "
+      "small as the noise of the collective each step holds, and a callback "
+      "that makes the devices meet can leave the next collective quicker.",
+      "",
       "| callback | " + " | ".join(
           f"{label}: adds µs/step | ratio" for _, label in
           sharded_mod.PLACES) + " |",
@@ -436,7 +444,8 @@ def report(cfg: Config, m: Measurements, goals: list[Target],
       f"- Every number is the median of {cfg.reps} repetitions, with "
       "[min–max]; the repetitions of all variants are interleaved; a ratio "
       "is the median of the ratios of the repetitions (each measured in "
-      "one round), all within this run.",
+      "one round), all within this run; section 11's per-step part has "
+      "repetitions and a ratio of its own (see there).",
       "- The floor is the empty C FFI handler, shaped like a tap (one "
       "operand, result aliased, `has_side_effect`); a copying handler "
       "(one operand, one result, like a native call) is shown next to it.",

@@ -27,7 +27,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
+import random
 import subprocess
 import sys
 import time
@@ -81,6 +83,7 @@ class ShardedResult:
   finish, or None when stuck."""
 
   steps: int
+  step_reps: int
   step_seconds: dict[str, dict[str, Sample]]
   calls: int
   call_seconds: dict[str, dict[str, Sample]]
@@ -94,9 +97,16 @@ class ShardedResult:
     row = self.step_seconds[place]
     return row[variant].minus(row["baseline"])
 
-  def step_ratio(self, place: str, key: str) -> float | None:
-    """What ``jax.debug.callback`` adds per step over what ours adds."""
-    return self.step_added(place, "jax").ratio(self.step_added(place, key))
+  def step_ratio(self, place: str, key: str) -> float:
+    """What ``jax.debug.callback`` adds per step over what ours adds: the
+    ratio of the two medians, infinite when ours adds nothing measurable
+    (a median at or below zero).  Not the median of per-repetition ratios
+    (harness.Sample.ratio): what ours adds here is as small as the
+    repetitions' noise, and those ratios would keep only the repetitions
+    where the noise made it positive."""
+    ours = self.step_added(place, key).median
+    theirs = self.step_added(place, "jax").median
+    return theirs / ours if ours > 0 else math.inf
 
   def call_added(self, condition: str, variant: str) -> Sample:
     """What ``variant`` adds to a call over the plain function."""
@@ -158,7 +168,10 @@ def _step_programs(steps: int) -> dict[str, tuple[Callable[[Any], Any], Any]]:
 
 def _time_steps(cfg: Config) -> dict[str, dict[str, list[float]]]:
   """Seconds per step of every scan, end to end (every callback run),
-  per repetition; the programs of one place interleaved."""
+  per repetition.  Each repetition runs every program once, in an order
+  of its own (shuffled, seeded by the repetition): a program that always
+  ran right after another would carry that one's after-effects (threads
+  still waking, caches) into every one of its repetitions."""
   from hcb_bench.cases import NullOut
   from hcb_bench.harness import time_run
 
@@ -167,8 +180,10 @@ def _time_steps(cfg: Config) -> dict[str, dict[str, list[float]]]:
   with contextlib.redirect_stdout(NullOut()):
     for fn, x in programs.values():  # compiled, and warm
       time_run(fn, x)
-    for _ in range(cfg.reps):
-      for name, (fn, x) in programs.items():
+    for rep in range(cfg.sharded_step_reps):
+      order = list(programs.items())
+      random.Random(rep).shuffle(order)
+      for name, (fn, x) in order:
         place, variant = name.split("/")
         _, e2e = time_run(fn, x)
         seconds.setdefault(place, {}).setdefault(variant, []).append(
@@ -300,7 +315,8 @@ def measure_sharded(cfg: Config) -> ShardedResult:
   unwaited = {key: _unwaited(key, cfg.sharded_unwaited,
                              cfg.unwaited_timeout_s)
               for key, _ in UNWAITED}
-  return ShardedResult(cfg.sharded_steps, sample(raw["steps"]),
+  return ShardedResult(cfg.sharded_steps, cfg.sharded_step_reps,
+                       sample(raw["steps"]),
                        cfg.sharded_calls, sample(raw["calls"]),
                        cfg.sharded_unwaited, cfg.unwaited_timeout_s,
                        unwaited)

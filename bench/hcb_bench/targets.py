@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from hcb_bench.backpressure import BackpressureResult
 from hcb_bench.cases import DEBUG_PRINT
@@ -84,8 +85,12 @@ class Target:
     # two decimals, or three where a miss would round onto the limit
     digits = 3 if self.status == "NOT MET" and round(
         self.value or 0.0, 2) == round(self.limit, 2) else 2
-    measured = ("not measured" if self.value is None
-                else f"measured **{self.value:.{digits}f}×**")
+    if self.value is None:
+      measured = "not measured"
+    elif math.isinf(self.value):
+      measured = "measured **∞** (nothing measurable over the baseline)"
+    else:
+      measured = f"measured **{self.value:.{digits}f}×**"
     return f"- **{self.status}** — {self.text}: {measured} ({self.detail})"
 
 
@@ -99,7 +104,8 @@ def part(seconds: float) -> str:
 
 
 def targets(m: Measurements) -> list[Target]:
-  """Every target.  Ratios are medians of the per-repetition ratios; the
+  """Every target.  Ratios are medians of the per-repetition ratios
+  (section 11's per step: ShardedResult.step_ratio); the
   numbers beside them are medians.  Per-step costs are over the baseline;
   the floor is the empty FFI handler."""
   cost, rel = m.cost, m.cost_ratio
