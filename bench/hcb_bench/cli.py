@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import tempfile
 import time
@@ -130,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
   goals = run(cfg, args.out, args.clients_python)
   for t in goals:
-    measured = "-" if t.value is None else f"{t.value:.2f}x"
+    measured = ("-" if t.value is None else "nothing measurable"
+                if math.isinf(t.value) else f"{t.value:.2f}x")
     progress(f"{t.status}: {t.text} ({measured})")
   progress(f"wrote {os.path.join(args.out, 'RESULTS.md')}")
   return 0

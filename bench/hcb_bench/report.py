@@ -355,8 +355,9 @@ def sharded_section(r: ShardedResult | None) -> list[str]:
       "the two medians (the target, under jit over sharded operands: "
       "≥ 20×); ∞ where ours adds nothing measurable, a median at or below "
       "zero: under jit over sharded operands what a callback adds is as "
-      "small as the noise of the collective each step holds, and a callback "
-      "that makes the devices meet can leave the next collective quicker.",
+      "small as the noise of the collective each step holds, and the scan "
+      "with one of ours can run faster than the one without (why is not "
+      "established).",
       "",
       "| callback | " + " | ".join(
           f"{label}: adds µs/step | ratio" for _, label in
