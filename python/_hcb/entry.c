@@ -12,8 +12,9 @@
  *     only recorded);
  *   run_call(callback_id, device_key, args, outs, ndevices): runs a call
  *     target on numpy arrays (outs preallocated with the declared shapes),
- *     as the hcb_call handler would.  Its failure is parked for all
- *     `ndevices` devices (hcb_runtime_call_parked) and its message returned;
+ *     as the hcb_call handler would.  Its failure is parked for the
+ *     `ndevices` devices of this process that check it
+ *     (hcb_runtime_call_parked) and its message returned;
  *     if it could not be parked it is raised.
  */
 #define NO_IMPORT_ARRAY

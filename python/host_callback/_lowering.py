@@ -281,6 +281,13 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
   ordinal = _jax.build_ffi_lowering_function("hcb_device_ordinal")(
       ctx.replace(avals_in=(), avals_out=(i32,))).results
   callback_id = int(callback_id)
+  # A call with results spreads, with them, whether its function failed:
+  # the devices of the other processes raise too (hcb_sharded_check), and
+  # each device of the runner's process takes the failure parked for it.
+  flagged = target != "hcb_tap" and bool(ctx.avals_out) and not partitioned
+  devices = _device_assignment(ctx)
+  here = jax.process_index()
+  local = sum(d.process_index == here for d in devices) or ndevices
   # hcb_device_ordinal gives the device's ordinal on its platform (a CUDA
   # device's local hardware id); the runtime's device key also names the
   # platform (HCB_DEVICE in include/hcb/hcb.h).
@@ -310,7 +317,15 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
     # A failure is parked and raised by every device (hcb_sharded_check
     # below): raising here, on one device, would leave the others waiting
     # in the collective that spreads the results.
-    _hcb.run_call(callback_id, key, arrays, outs, ndevices if outs else 0)
+    try:
+      parked = _hcb.run_call(callback_id, key, arrays, outs,
+                             local if outs else 0)
+    except Exception:  # not parked (no room): the others still raise
+      if not flagged:
+        raise
+      parked = "not parked"
+    if flagged:
+      return (*outs, np.int32(parked is not None))
     return outs
 
   ctx = ctx.replace(avals_in=(i32, *ctx.avals_in))
@@ -324,9 +339,12 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
   ordered = has_side_effect and not partitioned
   if partitioned:  # no results: one annotation, for the op itself
     ctx = ctx.replace(avals_out=())
+  elif flagged:  # one more result: whether the function failed
+    ctx = ctx.replace(avals_out=(*out_avals, i32))
   results, token, _ = _jax.emit_python_callback(
       ctx, run_on_device, hlo.create_token() if ordered else None,
-      [*ordinal, *args], ctx.avals_in, () if partitioned else out_avals,
+      [*ordinal, *args], ctx.avals_in,
+      () if partitioned else ctx.avals_out,
       has_side_effect=has_side_effect, returns_token=ordered or partitioned,
       partitioned=partitioned, sharding=_maximal(ctx, device_index))
   if ordered:
@@ -339,14 +357,23 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
   # 0.10): replicate them, so every device holds the whole result.
   results = [_jax.wrap_with_sharding_op(ctx, r, aval,
                                         _replicated(aval, ndevices))
-             for r, aval in zip(results, out_avals)]
-  if target == "hcb_tap" or not results:
+             for r, aval in zip(results, ctx.avals_out)]
+  if not flagged:
     return results
+  runner = (f"device {devices[device_index].platform}:"
+            f"{devices[device_index].id} (device_index={device_index}) in "
+            f"process {devices[device_index].process_index}" if devices
+            else f"device_index={device_index}")
+  elsewhere = (
+      f"host_callback {what}: its function, run once for the computation "
+      f"by {runner}, failed there; the exception itself is raised in that "
+      "process")
   return _jax.build_ffi_lowering_function(
       "hcb_sharded_check",
-      operand_output_aliases={i: i for i in range(len(results))})(
-          ctx.replace(avals_in=out_avals, avals_out=out_avals), *results,
-          callback_id=np.uint64(callback_id)).results
+      operand_output_aliases={i: i for i in range(len(out_avals))})(
+          ctx.replace(avals_in=ctx.avals_out, avals_out=out_avals),
+          *results, callback_id=np.uint64(callback_id),
+          elsewhere=elsewhere).results
 
 
 def _replicated(aval: Any, ndevices: int) -> Any:

@@ -449,24 +449,64 @@ hcb__ordinal_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
     return HCB_OK;
 }
 
+/* The s32[] flag `failed` of a call whose results were spread (operand
+ * `i`), read into *failed (CUDA: copied from the device, waiting for the
+ * stream). */
+static inline int
+read_failed_flag(const hcb__handler *h, hcb_runtime *rt,
+                 XLA_FFI_CallFrame *frame, uint64_t id, int64_t i,
+                 int32_t *failed, hcb_error *err)
+{
+    hcb_array flag = {HCB_INVALID, 0, NULL, NULL, 0};
+    hcb_record *rec;
+    hcb_device device;
+    int rc;
+
+    if ((rc = hcb_ffi_arg(frame, i, HCB_S32, 0, &flag, err)) != HCB_OK ||
+        (rc = h->platform->device(rt, frame, &device, err)) != HCB_OK ||
+        (rc = h->platform->fetch(rt, frame, id, device, &flag, 1, &rec, err)) !=
+            HCB_OK)
+        return rc;
+    memcpy(failed, hcb_record_args(rec)[0].data, sizeof *failed);
+    hcb_record_release(rec);
+    return HCB_OK;
+}
+
 /* On every device, after the results of such a call were spread: raises
  * the call's failure if one was parked (runtime.h, hcb__sharded_fail), so
  * that all devices fail together instead of some waiting forever in a
- * collective.  Results alias operands.  Attribute: callback_id. */
+ * collective.  Operands: the results, then the call's s32[] flag `failed`
+ * where it was spread with them (the devices of several processes: only
+ * the one that ran the function parked its failure); results alias the
+ * results.  Attributes: callback_id, and with the flag `elsewhere`, what
+ * a device raises when its process holds no parked failure. */
 HCB__BODY int
 hcb__sharded_check_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
 {
     const hcb__handler *h = ctx;
+    bool flagged = frame->args.size == frame->rets.size + 1;
+    const char *elsewhere;
     hcb_runtime *rt;
     hcb_error inner;
     uint64_t id = 0;
+    int32_t failed = 1;
+    size_t n;
 
     if ((rt = handler_runtime(h, &inner)) == NULL ||
-        hcb_ffi_attr_u64(&frame->attrs, "callback_id", &id, &inner) != HCB_OK)
+        hcb_ffi_attr_u64(&frame->attrs, "callback_id", &id, &inner) != HCB_OK ||
+        (flagged && read_failed_flag(h, rt, frame, id, frame->rets.size,
+                                     &failed, &inner) != HCB_OK))
         return hcb_error_set(err, inner.code, "hcb_sharded_check: %s",
                              inner.message);
-    if (hcb__sharded_take(rt, id, err)) /* the call's failure, as it is */
+    if (failed != 0 && hcb__sharded_take(rt, id, err)) /* as it is */
         return err->code;
+    if (flagged && failed != 0) {
+        if (hcb_ffi_attr_string(&frame->attrs, "elsewhere", &elsewhere, &n,
+                                &inner) != HCB_OK)
+            return hcb_error_set(err, inner.code, "hcb_sharded_check: %s",
+                                 inner.message);
+        return hcb_error_set(err, HCB_ECALLBACK, "%.*s", (int)n, elsewhere);
+    }
     if (forward_operands(h->platform, frame, &inner) != HCB_OK)
         return hcb_error_set(err, inner.code, "hcb_sharded_check: %s",
                              inner.message);

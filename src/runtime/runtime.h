@@ -128,8 +128,10 @@
 /* Calls under jit over sharded operands run on one device, and every
  * device continues into the collectives that spread the result: a failure
  * raised on that one device alone would leave the others waiting forever.
- * Instead the failure is parked here and raised by every device, after the
- * collective, by the "hcb_sharded_check" handler (handlers.c). */
+ * Instead the failure is parked here, once for each of this process's
+ * devices, and raised by every device, after the collective, by the
+ * "hcb_sharded_check" handler (handlers.h); a flag spread with the results
+ * makes the devices of other processes fail too. */
 #define HCB__SHARDED_SLOTS 32
 
 /* Shared calls under way at once (shared.c): one per call site and

@@ -330,29 +330,45 @@ test_device_ordinal_handler(void **state)
         XLA_FFI_Error_Code_INVALID_ARGUMENT);
 }
 
+/* Registers fail_fn with the default runtime and runs it as a call that
+ * one device makes for `ndevices` (hcb_runtime_call_parked): its failure is
+ * parked for them.  Returns its id. */
+static uint64_t
+park_a_failure(int64_t ndevices)
+{
+    hcb_call_target t = HCB_CALL_TARGET_INIT;
+    uint64_t id;
+    hcb_error err;
+    int parked = -1;
+
+    t.fn = tu_fail_fn;
+    t.name = "fail_fn";
+    t.name_len = 7;
+    assert_int_equal(
+        hcb_runtime_register_call(hcb_runtime_default(), &t, &id, NULL),
+        HCB_OK);
+    assert_int_equal(hcb_runtime_call_parked(hcb_runtime_default(), id,
+                                             HCB_DEVICE(0, 1), NULL, 0, NULL, 0,
+                                             ndevices, &parked, &err),
+                     HCB_ECALLBACK);
+    assert_int_equal(parked, 1);
+    return id;
+}
+
 /* A parked call's failure is raised once by each device. */
 static void
 test_parked_call_failure_is_raised_by_every_device(void **state)
 {
     hcb_runtime *def = hcb_runtime_default();
-    hcb_call_target t = HCB_CALL_TARGET_INIT;
     float x[2] = {1, 2}, y[2] = {0, 0};
     int64_t d[1] = {2};
     char msg[HCB_ERROR_MESSAGE_SIZE];
     uint64_t id;
-    hcb_error err;
-    int parked = -1, i;
+    int i;
     test_frame tf;
 
     (void)state;
-    t.fn = tu_fail_fn;
-    t.name = "fail_fn";
-    t.name_len = 7;
-    assert_int_equal(hcb_runtime_register_call(def, &t, &id, NULL), HCB_OK);
-    assert_int_equal(hcb_runtime_call_parked(def, id, HCB_DEVICE(0, 1), NULL, 0,
-                                             NULL, 0, 3, &parked, &err),
-                     HCB_ECALLBACK);
-    assert_int_equal(parked, 1);
+    id = park_a_failure(3);
     for (i = 0; i < 4; i++) {
         tf_init(&tf);
         tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, d, y);
@@ -369,6 +385,56 @@ test_parked_call_failure_is_raised_by_every_device(void **state)
             assert_true(y[0] == 1.0f && y[1] == 2.0f);
         }
     }
+    hcb_runtime_take_error(def, NULL);
+}
+
+/* Where the call's flag `failed` was spread with its results (the devices
+ * of several processes), a device raises the failure parked for it, or,
+ * when its process holds none (the function ran in another), the message
+ * of attribute `elsewhere`; a flag of 0 passes the results through. */
+static void
+test_a_spread_failure_flag_fails_the_devices_of_every_process(void **state)
+{
+    static const char where[] = "it failed in process 1";
+    hcb_runtime *def = hcb_runtime_default();
+    XLA_FFI_ByteSpan elsewhere = {where, sizeof where - 1};
+    float x[2] = {1, 2}, y[2] = {0, 0};
+    int64_t d[1] = {2};
+    int32_t flag;
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    uint64_t id;
+    int i;
+    test_frame tf;
+
+    (void)state;
+    id = park_a_failure(2);
+    for (i = 0; i < 5; i++) {
+        flag = i < 3 ? 1 : 0;
+        tf_init(&tf);
+        tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, d, y);
+        tf_add_arg(&tf, XLA_FFI_DataType_S32, &flag, 0, NULL);
+        tf_add_u64(&tf, "callback_id", id);
+        if (i != 4)
+            tf_add_attr(&tf, "elsewhere", XLA_FFI_AttrType_STRING, &elsewhere);
+        assert_int_equal(
+            tf_error_code(hcb_ffi_sharded_check(&tf.frame), msg, sizeof msg),
+            flag ? XLA_FFI_Error_Code_UNKNOWN : 0);
+        if (i < 2) /* this process's 2 devices: the failure parked */
+            assert_string_equal(msg, "fail_fn said no");
+        else if (i == 2) /* none left here: it failed elsewhere */
+            assert_string_equal(msg, where);
+        else /* no failure: the results pass, `elsewhere` or not */
+            assert_true(y[0] == 1.0f && y[1] == 2.0f);
+    }
+    flag = 1; /* a failure without the attribute to say where */
+    tf_init(&tf);
+    tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, d, y);
+    tf_add_arg(&tf, XLA_FFI_DataType_S32, &flag, 0, NULL);
+    tf_add_u64(&tf, "callback_id", id);
+    assert_int_not_equal(
+        tf_error_code(hcb_ffi_sharded_check(&tf.frame), msg, sizeof msg), 0);
+    assert_non_null(strstr(msg, "hcb_sharded_check: "));
+    assert_non_null(strstr(msg, "elsewhere"));
     hcb_runtime_take_error(def, NULL);
 }
 
@@ -453,6 +519,8 @@ main(void)
         cmocka_unit_test(test_call_waits_for_the_devices_earlier_taps),
         cmocka_unit_test(test_device_ordinal_handler),
         cmocka_unit_test(test_parked_call_failure_is_raised_by_every_device),
+        cmocka_unit_test(
+            test_a_spread_failure_flag_fails_the_devices_of_every_process),
         cmocka_unit_test(test_a_call_with_a_runner_is_shared_by_its_devices),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -311,6 +311,44 @@ test_a_tap_delivered_now_fails_its_computation(void **state)
     assert_int_equal(atomic_load(&fake_cuda_counts.event_records), 0);
 }
 
+/* hcb_sharded_check on a GPU reads the spread flag `failed` from device
+ * memory, copied on the stream: set, with no failure parked in this
+ * process, it raises attribute `elsewhere`; clear, the results pass. */
+static void
+test_the_sharded_check_reads_the_failure_flag_from_the_device(void **state)
+{
+    static const char where[] = "it failed in process 1";
+    XLA_FFI_ByteSpan elsewhere = {where, sizeof where - 1};
+    int32_t x[2] = {5, 6}, flag[1];
+    int64_t dims[1] = {2};
+    char msg[HCB_ERROR_MESSAGE_SIZE];
+    test_frame tf;
+    int i;
+
+    (void)state;
+    for (i = 0; i < 2; i++) {
+        flag[0] = i == 0;
+        tf_init(&tf);
+        tf_add_buffer(&tf, XLA_FFI_DataType_S32, x, 1, dims, NULL);
+        tf_add_arg(&tf, XLA_FFI_DataType_S32, flag, 0, NULL);
+        tf_add_u64(&tf, "callback_id", sink_id);
+        tf_add_attr(&tf, "elsewhere", XLA_FFI_AttrType_STRING, &elsewhere);
+        if (i == 0) {
+            assert_int_not_equal(run_body(&tf, "hcb_sharded_check",
+                                          hcb__sharded_check_body,
+                                          &hcb__platform_cuda, msg),
+                                 0);
+            assert_string_equal(msg, where);
+        } else {
+            assert_int_equal(run_body(&tf, "hcb_sharded_check",
+                                      hcb__sharded_check_body,
+                                      &hcb__platform_cuda, msg),
+                             0);
+            assert_true(x[0] == 5 && x[1] == 6);
+        }
+    }
+}
+
 /* Records reach the tap function in the order the device issued them, the
  * pool reused (one pinned allocation for all). */
 static void
@@ -1257,6 +1295,9 @@ main(void)
             teardown),
         cmocka_unit_test_setup_teardown(
             test_a_tap_delivered_now_fails_its_computation, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_the_sharded_check_reads_the_failure_flag_from_the_device,
+            setup, teardown),
         cmocka_unit_test_setup_teardown(test_taps_keep_program_order, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_a_full_pool_makes_the_device_wait,

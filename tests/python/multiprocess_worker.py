@@ -1,10 +1,11 @@
 """One of two processes of test_transforms.test_two_processes: joins a
 2-process JAX cluster on loopback (gloo collectives, 2 CPU devices each),
 taps and calls from every device under shard_map, and under jit over the
-operands sharded across both processes, and prints what this process
-received as JSON.  Inline mode is on: it runs eager calls only
-(shard_map's are compiled), and one checks the device an inline call is
-given.  Usage: multiprocess_worker.py PROCESS_ID PORT"""
+operands sharded across both processes (one of them failing), and prints
+what this process received and raised as JSON.  Inline mode is on: it
+runs eager calls only (shard_map's are compiled), and one checks the
+device an inline call is given.  Usage: multiprocess_worker.py PROCESS_ID
+PORT"""
 
 import json
 import os
@@ -69,6 +70,33 @@ whole = jax.jit(lambda v: hcb.call(
                              device_index=2),
     result_shape=v, call_with_device=True, device_index=2) + 1)(x)
 hcb.barrier_wait()
+# A call that fails under jit over operands sharded across both
+# processes: its runner's process (device 3's) raises the exception, the
+# other a message that says where it was raised; the same call works next.
+failures = []
+
+
+def fails_once(x, *, device):
+  failures.append(device.id)
+  if len(failures) == 1:
+    raise ValueError("the first call fails")
+  return x - 1
+
+
+failing = jax.jit(lambda v: hcb.call(fails_once, v, result_shape=v,
+                                     call_with_device=True, device_index=3))
+raised = []
+for _ in range(2):
+  try:
+    done = failing(x)
+    raised.append(sorted([s.device.id, np.asarray(s.data).tolist()]
+                         for s in done.addressable_shards))
+  except Exception as e:  # noqa: BLE001 (what each process raised)
+    raised.append(str(e))
+try:
+  hcb.barrier_wait()
+except hcb.CallbackException as e:
+  raised.append(f"barrier: {e}")
 # Inline, device_index counts this process's devices: 3 of the 4 global
 # ones is another process's, a clear error.
 inline = []
@@ -86,6 +114,8 @@ print(json.dumps({
     "out": sorted([s.device.id, np.asarray(s.data).tolist()]
                   for s in out.addressable_shards),
     "runner": jax.devices()[2].id,
+    "failing": {"runner": jax.devices()[3].id, "ran": failures,
+                "raised": raised},
     "sharded": {"taps": sharded_taps, "calls": sharded_calls,
                 "out": sorted([s.device.id, np.asarray(s.data).tolist()]
                               for s in whole.addressable_shards)}}),

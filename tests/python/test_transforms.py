@@ -462,3 +462,22 @@ def test_two_processes_each_receive_their_own_devices_callbacks():
     assert g["sharded"]["calls"] == ([runner] if mine else [])
     assert g["sharded"]["out"] == sorted(  # replicated: whole everywhere
         [d, [[2 * v + 1 for v in row] for row in xs]] for d in g["local"])
+  # a call that fails there fails in both processes, the runner's with
+  # the exception, the other saying where it was raised; the next works
+  failing = got[0]["failing"]["runner"]
+  for g in got:
+    mine = failing in g["local"]
+    ran, raised = g["failing"]["ran"], g["failing"]["raised"]
+    assert ran == ([failing, failing] if mine else [])
+    if mine:
+      assert "raised ValueError: the first call fails" in raised[0]
+    else:
+      assert (f"its function, run once for the computation by device "
+              f"cpu:{failing} (device_index=3) in process 1, failed there; "
+              "the exception itself is raised in that process") in raised[0]
+    assert raised[1] == sorted(
+        [d, [[v - 1 for v in row] for row in xs]] for d in g["local"])
+    # the runner's process also reports it at the barrier, as on one device
+    assert len(raised) == (3 if mine else 2)
+    if mine:
+      assert "the first call fails" in raised[2]
