@@ -529,7 +529,6 @@ static void
 run_until_stopped(failing_tapper *t)
 {
     pthread_t th;
-    int i;
 
     atomic_store(&stop_waits, false);
     atomic_store(&checks, 0);
@@ -537,8 +536,7 @@ run_until_stopped(failing_tapper *t)
         hcb_runtime_set_interrupt(rt, 5000000u, stop_when_asked, NULL, NULL),
         HCB_OK);
     pthread_create(&th, NULL, failing_tapper_main, t);
-    for (i = 0; i < 5000 && atomic_load(&checks) < 2; i++)
-        tu_sleep_us(1000);
+    tu_poll_at_least(&checks, 2, TU_PATIENCE_S);
     atomic_store(&stop_waits, true);
     pthread_join(th, NULL);
     assert_int_equal(hcb_runtime_set_interrupt(rt, 0, NULL, NULL, NULL),
@@ -645,7 +643,6 @@ test_a_held_device_never_holds_another(void **state)
     tapper free_one = {big, 32768, 20, 0, 0, 4, NULL};
     hcb__pinned_stats ps;
     pthread_t th_held, th_free;
-    int i;
 
     (void)state;
     free_one.stream = other;
@@ -654,8 +651,7 @@ test_a_held_device_never_holds_another(void **state)
     /* device 3 waits for its own blocks */
     assert_true(pool_made_a_thread_wait(3, 10000));
     pthread_create(&th_free, NULL, tapper_main, &free_one);
-    for (i = 0; i < 20000 && atomic_load(&free_one.done) < 20; i++)
-        tu_sleep_us(1000);
+    tu_poll_at_least(&free_one.done, 20, TU_PATIENCE_S);
     assert_int_equal(atomic_load(&free_one.done), 20);
     pthread_join(th_free, NULL);
     fake_stream_drain(other);
@@ -927,7 +923,8 @@ test_a_long_wait_for_the_pool_is_warned_naming_what_holds_it(void **state)
     t.id = gate_id;
     atomic_store(&gate_open, false);
     pthread_create(&th, NULL, tapper_main, &t);
-    tu_poll_nonzero(&w.count, 60.0); /* the warning comes after 2 s */
+    tu_poll_at_least(&w.count, 1,
+                     TU_PATIENCE_S); /* the warning comes after 2 s */
     warnings = atomic_load(&w.count);
     waiting = atomic_load(&t.done) < 20;
     atomic_store(&gate_open, true);

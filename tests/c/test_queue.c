@@ -239,7 +239,7 @@ test_a_refused_reservation_takes_nothing(void **state)
     hcb_record *probe = tu_record(1, 0, 0, 16);
     size_t rsize = probe->size;
     pthread_t t;
-    int i, exited;
+    int exited;
 
     (void)state;
     hcb_record_release(probe);
@@ -255,8 +255,7 @@ test_a_refused_reservation_takes_nothing(void **state)
     assert_int_equal(atomic_load(&q.reserved), 1); /* the first only */
     assert_int_equal(atomic_load(&q.bytes), rsize);
     hcb__queue_push_reserved(&q, tu_record(1, 0, 7, 16));
-    for (i = 0; i < 5000 && !atomic_load(&c->exited); i++)
-        tu_sleep_us(1000);
+    tu_poll_at_least(&c->exited, 1, TU_PATIENCE_S);
     exited = atomic_load(&c->exited);
     if (!exited)
         hcb__queue_unreserve(&q, rsize); /* let it go; the test fails */
@@ -294,7 +293,6 @@ test_stall_callback_once_per_wait(void **state)
     stall_log log = {0};
     pusher p = {.q = &q};
     pthread_t t;
-    int i;
 
     (void)state;
     assert_int_equal(hcb__queue_init(&q, probe->size), HCB_OK);
@@ -305,8 +303,7 @@ test_stall_callback_once_per_wait(void **state)
     chain = hcb__queue_pop(&q, 0, 0);
     p.rec = tu_record(1, 0, 1, 16);
     assert_int_equal(pthread_create(&t, NULL, push_one, &p), 0);
-    for (i = 0; i < 2000 && atomic_load(&log.calls) == 0; i++)
-        tu_sleep_us(1000);
+    tu_poll_at_least(&log.calls, 1, TU_PATIENCE_S);
     tu_sleep_us(50000);
     assert_int_equal(atomic_load(&log.calls), 1);
     assert_true(atomic_load(&log.waited_ns) >= 20000000u);

@@ -84,27 +84,33 @@ tu_sleep_us(long us)
     nanosleep(&ts, NULL);
 }
 
-/* Polls every millisecond until `*count` is non-zero or `seconds` of wall
- * time have passed; returns what it last read.  A bound in time, not in
- * polls: under valgrind on a busy machine a waiter that spins with
- * sched_yield before it sleeps can take seconds to reach its timed wait,
- * and each poll's sleep can stretch. */
-static inline int
-tu_poll_nonzero(atomic_int *count, double seconds)
+/* Seconds on the monotonic clock. */
+static inline double
+tu_now_s(void)
 {
-    struct timespec start, now;
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+}
+
+/* How long a test waits for something that must happen before it fails:
+ * bounded in wall time, not in polls (under valgrind on a busy machine a
+ * waiter that spins with sched_yield before it sleeps can take seconds to
+ * reach its timed wait, and each poll's sleep stretches). */
+#define TU_PATIENCE_S 60.0
+
+/* Polls every millisecond until `*count` is at least `want` or `seconds`
+ * of wall time have passed; returns what it last read. */
+static inline int
+tu_poll_at_least(atomic_int *count, int want, double seconds)
+{
+    double until = tu_now_s() + seconds;
     int seen;
 
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    for (;;) {
-        seen = atomic_load(count);
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (seen != 0 || (double)(now.tv_sec - start.tv_sec) +
-                                 (double)(now.tv_nsec - start.tv_nsec) / 1e9 >
-                             seconds)
-            return seen;
+    while ((seen = atomic_load(count)) < want && tu_now_s() < until)
         tu_sleep_us(1000);
-    }
+    return seen;
 }
 
 /* ---- a recording tap target -------------------------------------------- */
