@@ -351,13 +351,14 @@ def sharded_section(r: ShardedResult | None) -> list[str]:
       "callback (so the collective the sum needs is the baseline's too), "
       f"repetition by repetition, over {r.step_reps} repetitions, each of "
       "which runs every scan once in an order of its own (shuffled). The "
-      "ratio is what `jax.debug.callback` adds there over what ours adds, "
-      "the two medians (the target, under jit over sharded operands: "
-      "≥ 20×); ∞ where ours adds nothing measurable, a median at or below "
-      "zero: under jit over sharded operands what a callback adds is as "
-      "small as the noise of the collective each step holds, and the scan "
-      "with one of ours can run faster than the one without (why is not "
-      "established).",
+      "ratio is what `jax.debug.callback` adds there (the median) over an "
+      "upper bound of what ours adds (95%: of the medians of bootstrap "
+      "resamples of its repetitions), the target under jit over sharded "
+      "operands ≥ 20×; ∞ where that bound is at or below zero (nothing "
+      "measurable): under jit over sharded operands what a callback adds is "
+      "as small as the noise of the collective each step holds, and the "
+      "scan with one of ours can run faster than the one without (why is "
+      "not established).",
       "",
       "| callback | " + " | ".join(
           f"{label}: adds µs/step | ratio" for _, label in

@@ -30,6 +30,7 @@ import json
 import math
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -97,15 +98,23 @@ class ShardedResult:
     row = self.step_seconds[place]
     return row[variant].minus(row["baseline"])
 
-  def step_ratio(self, place: str, key: str) -> float:
-    """What ``jax.debug.callback`` adds per step over what ours adds: the
-    ratio of the two medians, infinite when ours adds nothing measurable
-    (a median at or below zero).  Not the median of per-repetition ratios
+  def step_bound(self, place: str, key: str) -> float:
+    """An upper bound of what ours adds per step: the 95th percentile of
+    the medians of bootstrap resamples of its repetitions (seeded)."""
+    return upper_median(self.step_added(place, key).values)
+
+  def step_ratio(self, place: str, key: str) -> float | None:
+    """What ``jax.debug.callback`` adds per step (the median) over the
+    upper bound of what ours adds (:meth:`step_bound`): infinite when that
+    bound is at or below zero (nothing measurable), None when JAX's adds
+    nothing measurable either.  Not the median of per-repetition ratios
     (harness.Sample.ratio): what ours adds here is as small as the
     repetitions' noise, and those ratios would keep only the repetitions
     where the noise made it positive."""
-    ours = self.step_added(place, key).median
     theirs = self.step_added(place, "jax").median
+    if theirs <= 0:
+      return None
+    ours = self.step_bound(place, key)
     return theirs / ours if ours > 0 else math.inf
 
   def call_added(self, condition: str, variant: str) -> Sample:
@@ -117,6 +126,16 @@ class ShardedResult:
     """What JAX's adds per call over what ours adds."""
     return self.call_added(condition, f"{key}_jax").ratio(
         self.call_added(condition, f"{key}_ours"))
+
+
+def upper_median(values: tuple[float, ...], confidence: float = 0.95,
+                 resamples: int = 2000) -> float:
+  """The ``confidence`` quantile of the medians of ``resamples`` bootstrap
+  resamples of ``values`` (seeded: the same values give the same bound)."""
+  rng = random.Random(0)
+  medians = sorted(statistics.median(rng.choices(values, k=len(values)))
+                   for _ in range(resamples))
+  return medians[int(confidence * (resamples - 1))]
 
 
 # ---- the child: per step and per call ----------------------------------------

@@ -199,8 +199,9 @@ def sharded_targets(r: ShardedResult | None) -> list[Target]:
     base = r.step_seconds["jit"]["baseline"]
     out.append(Target(
         f"sharded_{key}", text, r.step_ratio("jit", key), 20.0, True,
-        f"{us(mine.median)} vs {us(theirs.median)} per step over the scan "
-        f"using the value without a callback ({us(base.median)})"))
+        f"{us(mine.median)}, 95% bound {us(r.step_bound('jit', key))}, vs "
+        f"{us(theirs.median)} per step over the scan using the value "
+        f"without a callback ({us(base.median)})"))
   return out
 
 

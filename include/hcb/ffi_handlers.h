@@ -43,10 +43,15 @@ HCB_API XLA_FFI_Error *hcb_ffi_call(XLA_FFI_CallFrame *frame);
  * ordinal of the device running it (on CPU: jax.Device.id). */
 HCB_API XLA_FFI_Error *hcb_ffi_ordinal_handler(XLA_FFI_CallFrame *frame);
 
-/* "hcb_sharded_check": results alias operands; attribute callback_id (u64).
- * Raises the failure a call under jit over sharded operands parked for
- * every device (see src/runtime/runtime.h), else passes its operands
- * through. */
+/* "hcb_sharded_check": results alias the leading operands; attribute
+ * callback_id (u64).  Raises the failure a call under jit over sharded
+ * operands parked for every device of this process (see
+ * src/runtime/runtime.h), else passes its operands through.  With one more
+ * operand, the call's s32[] flag `failed` spread with its results (the
+ * devices of several processes), it raises only when the flag is set: 1
+ * (failed, parked in the runner's process): the parked failure, or, where
+ * none is parked, string attribute `elsewhere`; 2 (failed, not parked):
+ * string attribute `unkept`. */
 HCB_API XLA_FFI_Error *hcb_ffi_sharded_check(XLA_FFI_CallFrame *frame);
 
 /* "hcb_buffer_call": as "hcb_call", for call targets that work in place on

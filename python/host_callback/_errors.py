@@ -69,13 +69,33 @@ def tap_not_queued(what: str, device_key: int, exc: Exception) -> None:
   as a tap function's is.  (Raised in JAX's Python callback, it would fail
   this device alone and leave the others waiting for it in the program's
   collectives.)"""
+  _keep_failure_on(what, device_key, exc,
+                   "a tap on device {} was not delivered: it could not be "
+                   "queued", "tap not delivered")
+
+
+def call_not_parked(what: str, device_key: int, exc: Exception) -> None:
+  """A call that ran from Python (jit over operands sharded across
+  processes) and failed where its failure could not be parked for the
+  devices of its process (every slot busy, or it failed before it ran):
+  the computation fails on every device with a message that points here,
+  and the error itself is logged and kept for barrier_wait.  (Raised in
+  JAX's Python callback, it would fail this device alone and leave the
+  others waiting for it in the collective that spreads the results.)"""
+  _keep_failure_on(what, device_key, exc, "a call on device {} failed",
+                   "call failed")
+
+
+def _keep_failure_on(what: str, device_key: int, exc: Exception,
+                     happened: str, label: str) -> None:
+  """Logs and keeps for barrier_wait that ``happened`` (its ``{}`` the
+  device) because of ``exc``."""
   device = device_for_key(device_key)
   error = RuntimeError(
-      f"{what}: a tap on device {device.platform}:{device.id} was not "
-      f"delivered: it could not be queued ({type(exc).__name__}: {exc})")
+      f"{what}: {happened.format(f'{device.platform}:{device.id}')} "
+      f"({type(exc).__name__}: {exc})")
   error.__cause__ = exc
-  _keep_for_barrier(f"{what}: tap not delivered (postponed to barrier_wait):",
-                    error)
+  _keep_for_barrier(f"{what}: {label} (postponed to barrier_wait):", error)
 
 
 def _report_as_jax(log: JaxErrorLog, exc: BaseException, raised: bool) -> str:

@@ -281,9 +281,10 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
   ordinal = _jax.build_ffi_lowering_function("hcb_device_ordinal")(
       ctx.replace(avals_in=(), avals_out=(i32,))).results
   callback_id = int(callback_id)
-  # A call with results spreads, with them, whether its function failed:
-  # the devices of the other processes raise too (hcb_sharded_check), and
-  # each device of the runner's process takes the failure parked for it.
+  # A call with results spreads, with them, whether its function failed
+  # (0: no; 1: parked; 2: not parked): the devices of the other processes
+  # raise too (hcb_sharded_check), and each device of the runner's process
+  # takes the failure parked for it.
   flagged = target != "hcb_tap" and bool(ctx.avals_out) and not partitioned
   devices = _device_assignment(ctx)
   here = jax.process_index()
@@ -317,16 +318,15 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
     # A failure is parked and raised by every device (hcb_sharded_check
     # below): raising here, on one device, would leave the others waiting
     # in the collective that spreads the results.
+    if not flagged:
+      _hcb.run_call(callback_id, key, arrays, outs, 0)
+      return outs
     try:
-      parked = _hcb.run_call(callback_id, key, arrays, outs,
-                             local if outs else 0)
-    except Exception:  # not parked (no room): the others still raise
-      if not flagged:
-        raise
-      parked = "not parked"
-    if flagged:
-      return (*outs, np.int32(parked is not None))
-    return outs
+      parked = _hcb.run_call(callback_id, key, arrays, outs, local)
+    except Exception as exc:  # not parked: kept for barrier_wait
+      _errors.call_not_parked(what, key, exc)
+      return (*outs, np.int32(2))
+    return (*outs, np.int32(0 if parked is None else 1))
 
   ctx = ctx.replace(avals_in=(i32, *ctx.avals_in))
   # Ordered (see lower()): JAX's callback takes a token first and returns
@@ -364,16 +364,17 @@ def _lower_through_python(ctx: mlir.LoweringRuleContext, target: str,
             f"{devices[device_index].id} (device_index={device_index}) in "
             f"process {devices[device_index].process_index}" if devices
             else f"device_index={device_index}")
-  elsewhere = (
-      f"host_callback {what}: its function, run once for the computation "
-      f"by {runner}, failed there; the exception itself is raised in that "
-      "process")
+  failed = (f"host_callback {what}: its function, run once for the "
+            f"computation by {runner}, failed there")
+  elsewhere = f"{failed}; the exception itself is raised in that process"
+  unkept = (f"{failed}, and its exception could not be kept for the devices "
+            "of that process: barrier_wait reports it there")
   return _jax.build_ffi_lowering_function(
       "hcb_sharded_check",
       operand_output_aliases={i: i for i in range(len(out_avals))})(
           ctx.replace(avals_in=ctx.avals_out, avals_out=out_avals),
           *results, callback_id=np.uint64(callback_id),
-          elsewhere=elsewhere).results
+          elsewhere=elsewhere, unkept=unkept).results
 
 
 def _replicated(aval: Any, ndevices: int) -> Any:

@@ -9,8 +9,8 @@ devices in collectives).  A loop that dispatches it without waiting piles
 up computations, and XLA's CPU client lets at most 32 be in flight per
 device: the next dispatch then waits for room on one of the client's
 threads, which can be one that the running computation's collective
-needs: XLA's rendezvous finds 3 of 4 devices and aborts the process
-(after 40 s).  Not only with more devices than cores: 3000 unwaited
+needs: XLA's rendezvous waits for a device that never comes and aborts
+the process (after 40 s).  Not only with more devices than cores: 3000 unwaited
 calls on 2 devices of a 2-core machine aborted so too, plain JAX and ours
 unpaced (measured 2026-11-28).  Plain JAX programs with collectives meet
 the same limit (measured: bench section 11's unsynced loop); JAX's own

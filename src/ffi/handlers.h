@@ -475,17 +475,18 @@ read_failed_flag(const hcb__handler *h, hcb_runtime *rt,
 /* On every device, after the results of such a call were spread: raises
  * the call's failure if one was parked (runtime.h, hcb__sharded_fail), so
  * that all devices fail together instead of some waiting forever in a
- * collective.  Operands: the results, then the call's s32[] flag `failed`
- * where it was spread with them (the devices of several processes: only
- * the one that ran the function parked its failure); results alias the
- * results.  Attributes: callback_id, and with the flag `elsewhere`, what
- * a device raises when its process holds no parked failure. */
+ * collective.  Operands: the results, then, where the devices are several
+ * processes', the call's s32[] flag `failed` spread with them (0: ran; 1:
+ * failed, parked in the runner's process; 2: failed, not parked); results
+ * alias the leading operands.  Attributes: callback_id, and with the flag
+ * `elsewhere` and `unkept`, what a device raises when its process holds no
+ * parked failure (ffi_handlers.h). */
 HCB__BODY int
 hcb__sharded_check_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
 {
     const hcb__handler *h = ctx;
     bool flagged = frame->args.size == frame->rets.size + 1;
-    const char *elsewhere;
+    const char *says;
     hcb_runtime *rt;
     hcb_error inner;
     uint64_t id = 0;
@@ -498,14 +499,15 @@ hcb__sharded_check_body(XLA_FFI_CallFrame *frame, void *ctx, hcb_error *err)
                                      &failed, &inner) != HCB_OK))
         return hcb_error_set(err, inner.code, "hcb_sharded_check: %s",
                              inner.message);
-    if (failed != 0 && hcb__sharded_take(rt, id, err)) /* as it is */
+    if (failed == 1 && hcb__sharded_take(rt, id, err)) /* as it is */
         return err->code;
     if (flagged && failed != 0) {
-        if (hcb_ffi_attr_string(&frame->attrs, "elsewhere", &elsewhere, &n,
+        if (hcb_ffi_attr_string(&frame->attrs,
+                                failed == 1 ? "elsewhere" : "unkept", &says, &n,
                                 &inner) != HCB_OK)
             return hcb_error_set(err, inner.code, "hcb_sharded_check: %s",
                                  inner.message);
-        return hcb_error_set(err, HCB_ECALLBACK, "%.*s", (int)n, elsewhere);
+        return hcb_error_set(err, HCB_ECALLBACK, "%.*s", (int)n, says);
     }
     if (forward_operands(h->platform, frame, &inner) != HCB_OK)
         return hcb_error_set(err, inner.code, "hcb_sharded_check: %s",

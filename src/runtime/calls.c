@@ -247,20 +247,28 @@ int
 hcb__sharded_fail(hcb_runtime *rt, uint64_t id, int64_t ndevices,
                   const hcb_error *error)
 {
-    int i, rc = HCB_ESTATE;
+    int i, slot = -1;
 
     hcb__mutex_lock(&rt->err_mu);
     for (i = 0; i < HCB__SHARDED_SLOTS; i++) {
-        if (rt->sharded[i].id == 0 || rt->sharded[i].id == id) {
-            rt->sharded[i].id = id;
-            rt->sharded[i].remaining = ndevices;
-            rt->sharded[i].error = *error;
-            rc = HCB_OK;
+        if (rt->sharded[i].id == id) { /* another run's, not all taken yet */
+            slot = i;
             break;
         }
+        if (rt->sharded[i].id == 0 && slot < 0)
+            slot = i;
+    }
+    if (slot >= 0) {
+        if (rt->sharded[slot].id == id) {
+            rt->sharded[slot].remaining += ndevices;
+        } else {
+            rt->sharded[slot].id = id;
+            rt->sharded[slot].remaining = ndevices;
+        }
+        rt->sharded[slot].error = *error;
     }
     hcb__mutex_unlock(&rt->err_mu);
-    return rc;
+    return slot >= 0 ? HCB_OK : HCB_ESTATE;
 }
 
 bool

@@ -395,8 +395,9 @@ int hcb__share(hcb_runtime *rt, const hcb_share *share, uint64_t id,
                const hcb_array *results, size_t nresults, hcb_error *err);
 
 /* calls.c */
-/* Parks `error` for call `id` until `ndevices` devices have taken it;
- * HCB_ESTATE when every slot is busy. */
+/* Parks `error` for call `id` until `ndevices` more devices have taken it
+ * (added to what an earlier run of the call, still in flight, left: the
+ * newest error is the one raised); HCB_ESTATE when every slot is busy. */
 int hcb__sharded_fail(hcb_runtime *rt, uint64_t id, int64_t ndevices,
                       const hcb_error *error);
 /* Takes (a copy of) the failure parked for `id`, if any. */

@@ -355,7 +355,8 @@ park_a_failure(int64_t ndevices)
     return id;
 }
 
-/* A parked call's failure is raised once by each device. */
+/* A parked call's failure is raised once by each device; a second run
+ * that fails before the first's devices took it adds its own devices. */
 static void
 test_parked_call_failure_is_raised_by_every_device(void **state)
 {
@@ -364,16 +365,21 @@ test_parked_call_failure_is_raised_by_every_device(void **state)
     int64_t d[1] = {2};
     char msg[HCB_ERROR_MESSAGE_SIZE];
     uint64_t id;
-    int i;
+    hcb_error err;
+    int parked = -1, i;
     test_frame tf;
 
     (void)state;
     id = park_a_failure(3);
-    for (i = 0; i < 4; i++) {
+    assert_int_equal(hcb_runtime_call_parked(def, id, HCB_DEVICE(0, 1), NULL, 0,
+                                             NULL, 0, 2, &parked, &err),
+                     HCB_ECALLBACK);
+    assert_int_equal(parked, 1);
+    for (i = 0; i < 6; i++) {
         tf_init(&tf);
         tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, d, y);
         tf_add_u64(&tf, "callback_id", id);
-        if (i < 3) { /* each of the 3 devices raises it */
+        if (i < 5) { /* each of the 3 + 2 devices raises it */
             assert_int_equal(tf_error_code(hcb_ffi_sharded_check(&tf.frame),
                                            msg, sizeof msg),
                              XLA_FFI_Error_Code_UNKNOWN);
@@ -390,41 +396,61 @@ test_parked_call_failure_is_raised_by_every_device(void **state)
 
 /* Where the call's flag `failed` was spread with its results (the devices
  * of several processes), a device raises the failure parked for it, or,
- * when its process holds none (the function ran in another), the message
- * of attribute `elsewhere`; a flag of 0 passes the results through. */
+ * when its process holds none, the message of attribute `elsewhere` (flag
+ * 1: parked in the runner's process) or `unkept` (flag 2: not parked); a
+ * flag of 0 passes the results through. */
 static void
 test_a_spread_failure_flag_fails_the_devices_of_every_process(void **state)
 {
     static const char where[] = "it failed in process 1";
+    static const char lost[] = "it failed, not kept";
+    static const struct {
+        int32_t flag;
+        bool attrs;
+        const char *want; /* NULL: passes */
+    } cases[] = {
+        {1, true, "fail_fn said no"}, /* this process's 2 devices */
+        {1, true, "fail_fn said no"},
+        {1, true, where}, /* none left here */
+        {2, true, lost},
+        {0, true, NULL},
+        {0, false, NULL},
+    };
     hcb_runtime *def = hcb_runtime_default();
     XLA_FFI_ByteSpan elsewhere = {where, sizeof where - 1};
-    float x[2] = {1, 2}, y[2] = {0, 0};
+    XLA_FFI_ByteSpan unkept = {lost, sizeof lost - 1};
+    float x[2] = {1, 2}, y[2];
     int64_t d[1] = {2};
     int32_t flag;
     char msg[HCB_ERROR_MESSAGE_SIZE];
     uint64_t id;
-    int i;
+    size_t i;
     test_frame tf;
 
     (void)state;
     id = park_a_failure(2);
-    for (i = 0; i < 5; i++) {
-        flag = i < 3 ? 1 : 0;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        flag = cases[i].flag;
+        y[0] = y[1] = 0;
         tf_init(&tf);
         tf_add_buffer(&tf, XLA_FFI_DataType_F32, x, 1, d, y);
         tf_add_arg(&tf, XLA_FFI_DataType_S32, &flag, 0, NULL);
         tf_add_u64(&tf, "callback_id", id);
-        if (i != 4)
+        if (cases[i].attrs) {
             tf_add_attr(&tf, "elsewhere", XLA_FFI_AttrType_STRING, &elsewhere);
-        assert_int_equal(
-            tf_error_code(hcb_ffi_sharded_check(&tf.frame), msg, sizeof msg),
-            flag ? XLA_FFI_Error_Code_UNKNOWN : 0);
-        if (i < 2) /* this process's 2 devices: the failure parked */
-            assert_string_equal(msg, "fail_fn said no");
-        else if (i == 2) /* none left here: it failed elsewhere */
-            assert_string_equal(msg, where);
-        else /* no failure: the results pass, `elsewhere` or not */
+            tf_add_attr(&tf, "unkept", XLA_FFI_AttrType_STRING, &unkept);
+        }
+        if (cases[i].want != NULL) {
+            assert_int_equal(tf_error_code(hcb_ffi_sharded_check(&tf.frame),
+                                           msg, sizeof msg),
+                             XLA_FFI_Error_Code_UNKNOWN);
+            assert_string_equal(msg, cases[i].want);
+        } else {
+            assert_int_equal(tf_error_code(hcb_ffi_sharded_check(&tf.frame),
+                                           msg, sizeof msg),
+                             0);
             assert_true(y[0] == 1.0f && y[1] == 2.0f);
+        }
     }
     flag = 1; /* a failure without the attribute to say where */
     tf_init(&tf);

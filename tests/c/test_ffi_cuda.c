@@ -313,38 +313,48 @@ test_a_tap_delivered_now_fails_its_computation(void **state)
 
 /* hcb_sharded_check on a GPU reads the spread flag `failed` from device
  * memory, copied on the stream: set, with no failure parked in this
- * process, it raises attribute `elsewhere`; clear, the results pass. */
+ * process, it raises attribute `elsewhere`; clear, the results pass (a
+ * result that does not alias its operand copied on the device). */
 static void
 test_the_sharded_check_reads_the_failure_flag_from_the_device(void **state)
 {
     static const char where[] = "it failed in process 1";
+    static const char lost[] = "it failed, not kept";
     XLA_FFI_ByteSpan elsewhere = {where, sizeof where - 1};
-    int32_t x[2] = {5, 6}, flag[1];
+    XLA_FFI_ByteSpan unkept = {lost, sizeof lost - 1};
+    int32_t x[2] = {5, 6}, y[2], flag[1];
     int64_t dims[1] = {2};
     char msg[HCB_ERROR_MESSAGE_SIZE];
+    long copies;
     test_frame tf;
     int i;
 
     (void)state;
     for (i = 0; i < 2; i++) {
         flag[0] = i == 0;
+        y[0] = y[1] = 0;
         tf_init(&tf);
-        tf_add_buffer(&tf, XLA_FFI_DataType_S32, x, 1, dims, NULL);
+        tf_add_buffer(&tf, XLA_FFI_DataType_S32, x, 1, dims, y);
         tf_add_arg(&tf, XLA_FFI_DataType_S32, flag, 0, NULL);
         tf_add_u64(&tf, "callback_id", sink_id);
         tf_add_attr(&tf, "elsewhere", XLA_FFI_AttrType_STRING, &elsewhere);
+        tf_add_attr(&tf, "unkept", XLA_FFI_AttrType_STRING, &unkept);
+        copies = atomic_load(&fake_cuda_counts.copies);
         if (i == 0) {
             assert_int_not_equal(run_body(&tf, "hcb_sharded_check",
                                           hcb__sharded_check_body,
                                           &hcb__platform_cuda, msg),
                                  0);
             assert_string_equal(msg, where);
+            /* the flag was read through a copy from the device */
+            assert_true(atomic_load(&fake_cuda_counts.copies) > copies);
         } else {
             assert_int_equal(run_body(&tf, "hcb_sharded_check",
                                       hcb__sharded_check_body,
                                       &hcb__platform_cuda, msg),
                              0);
-            assert_true(x[0] == 5 && x[1] == 6);
+            fake_stream_drain(stream);
+            assert_true(y[0] == 5 && y[1] == 6);
         }
     }
 }

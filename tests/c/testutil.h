@@ -98,7 +98,7 @@ tu_now_s(void)
  * bounded in wall time, not in polls (under valgrind on a busy machine a
  * waiter that spins with sched_yield before it sleeps can take seconds to
  * reach its timed wait, and each poll's sleep stretches). */
-#define TU_PATIENCE_S 60.0
+#define TU_PATIENCE_S 30.0
 
 /* Polls every millisecond until `*count` is at least `want` or `seconds`
  * of wall time have passed; returns what it last read. */
