@@ -150,7 +150,7 @@ ctest-tsan: setup ## the C tests under ThreadSanitizer (clang)
 # The plain build's C tests under valgrind's memcheck: reads of uninitialised
 # memory (which no sanitizer here sees) and definite leaks.  HCB_VALGRIND=1
 # skips the two cases whose premise valgrind does not give (test_print's
-# flush-to-zero, test_ffi_cuda's stream that never makes a tap wait).
+# flush-to-zero, test_ffi_cuda_pool's stream that never makes a tap wait).
 ctest-valgrind: build-c ## the C tests under valgrind
 	for t in build/c/test_*; do log=build/c/valgrind-$${t##*/}.log; echo "valgrind $$t"; \
 	  HCB_VALGRIND=1 timeout 900 valgrind -q --error-exitcode=99 --leak-check=full \

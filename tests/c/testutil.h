@@ -165,6 +165,22 @@ tu_sink_free(tu_sink *s)
     free(s);
 }
 
+/* Registers `s` with `rt` as tap target "sink"; returns its id. */
+static inline uint64_t
+tu_register_sink(hcb_runtime *rt, tu_sink *s)
+{
+    hcb_tap_target t = HCB_TAP_TARGET_INIT;
+    uint64_t id = 0;
+
+    t.fn = tu_sink_fn;
+    t.user = s;
+    t.name = "sink";
+    t.name_len = 4;
+    assert_int_equal(hcb_runtime_register_tap(rt, &t, &id, NULL), HCB_OK);
+    assert_true(id != 0);
+    return id;
+}
+
 static inline size_t
 tu_sink_count(tu_sink *s)
 {

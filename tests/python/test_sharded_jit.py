@@ -8,7 +8,7 @@ program's callbacks keep their order.  Under both of JAX's partitioners
 
 (The meetings of the devices in C: tests/c/test_shared.c, and over
 hand-built call frames in tests/c/test_ffi_call.c, test_ffi_tap.c and
-test_ffi_cuda.c.  Several processes: test_transforms.py.)
+test_ffi_cuda_call.c.  Several processes: test_transforms.py.)
 """
 
 from __future__ import annotations
