@@ -66,7 +66,7 @@ _DTYPE_CODES = {name: code for code in range(_hcb.NDTYPES)
                 if (name := _hcb.dtype_name(code)) is not None}
 
 
-def _dtype_code(leaf: Any) -> int:
+def dtype_code(leaf: Any) -> int:
   """The XLA element type code of a leaf of id_print's value (-1: none): of
   its key data for a typed PRNG key, which taps as its key data."""
   if _leaves.is_key(leaf):
@@ -103,8 +103,8 @@ class PrintOptions(NamedTuple):
   infstr: str
 
 
-def _c_options(numpy_options: Mapping[str, Any],
-               threshold: int | None) -> PrintOptions | None:
+def c_options(numpy_options: Mapping[str, Any],
+              threshold: int | None) -> PrintOptions | None:
   """numpy's print options as the C printer takes them, or None when the
   C printer does not implement them."""
   o = numpy_options
@@ -150,7 +150,7 @@ class Printer:
     self.threshold = None if threshold is None else int(threshold)
     self.output_stream = output_stream
     self.numpy_options = np.get_printoptions()
-    self.options = _c_options(self.numpy_options, self.threshold)
+    self.options = c_options(self.numpy_options, self.threshold)
     # The element type codes of the value's leaves, for register_print.
     self.dtypes = dtypes
     # How the last site registered with this printer prints: "c" (the C

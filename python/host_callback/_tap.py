@@ -420,6 +420,6 @@ def id_print(arg: Any, *, result: Any = None, tap_with_device: bool = False,
   device_index = _devices.checked_device_index(device_index, "id_print")
   leaves, _ = _leaves.tree_flatten(arg, "id_print")
   printer = _print.Printer(kwargs, output_stream, threshold,
-                           tuple(map(_print._dtype_code, leaves)))
+                           tuple(map(_print.dtype_code, leaves)))
   return id_tap(printer, arg, result=result, tap_with_device=tap_with_device,
                 device_index=device_index, callback_flavor=callback_flavor)

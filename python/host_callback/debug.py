@@ -568,7 +568,7 @@ def _c_layout(printer: _Print, args: tuple[Any, ...], kwargs: dict[str, Any],
   ``formatter``); a format that fails (an unknown field, auto and manual
   numbering mixed: the Python path raises as JAX does).  Which dtypes C
   prints is libhcb's to say, at registration."""
-  options = _id_print._c_options(printer.np_printoptions, None)
+  options = _id_print.c_options(printer.np_printoptions, None)
   if printer.as_jax or options is None:
     return None
   static_at = {i for i, _ in static}
@@ -630,7 +630,7 @@ def _c_layout(printer: _Print, args: tuple[Any, ...], kwargs: dict[str, Any],
       order=tuple(order), first=tuple(order.index(j)
                                       for j in range(len(leaves))),
       options=options,
-      dtypes=tuple(_id_print._dtype_code(leaves[j]) for j in order))
+      dtypes=tuple(_id_print.dtype_code(leaves[j]) for j in order))
 
 
 def _user_frame() -> tuple[str, int]:

@@ -56,6 +56,17 @@ SET_MESH, MESH_CONTEXT = (
     else ("jax.sharding.set_mesh", "jax.sharding.use_mesh"))
 
 
+def flush() -> None:
+  """Waits until every callback has run, JAX's and ours."""
+  jax.effects_barrier()
+  hcb.barrier_wait()
+
+
+def devices_mesh() -> jax.sharding.Mesh:
+  """Every device of the session along one axis, "d"."""
+  return jax.sharding.Mesh(np.array(jax.devices()), ("d",))
+
+
 def mesh_context(mesh: jax.sharding.Mesh) -> Any:
   """``with jax.set_mesh(mesh):`` on the running JAX."""
   if hasattr(jax, "set_mesh"):
@@ -117,7 +128,8 @@ class Collector:
 # 20,000 arrays, the runtime's robustness, lifetimes, several processes, the
 # benchmarks' smoke runs, the docs, the Makefile -- runs in `make test`.
 CHECK_FILES = {"test_id_tap.py", "test_call.py", "test_buffer_callback.py",
-               "test_dropins.py", "test_transforms.py", "test_native.py",
+               "test_dropins.py", "test_dropins_pure_io.py",
+               "test_transforms.py", "test_native.py",
                "test_arguments.py", "test_layers.py",
                "test_jax_internals.py"}
 

@@ -20,12 +20,7 @@ from jax import lax
 import host_callback as hcb
 from host_callback import debug as hdebug
 
-from conftest import DTYPES, HAS_SKIP_FORMAT_CHECK
-
-
-def flush() -> None:
-  jax.effects_barrier()
-  hcb.barrier_wait()
+from conftest import DTYPES, HAS_SKIP_FORMAT_CHECK, flush
 
 
 def text_and_path(capsys, run, sort: bool = False, theirs: str | None = None

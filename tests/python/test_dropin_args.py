@@ -21,14 +21,9 @@ from jax.experimental import io_callback as jax_io_callback
 import host_callback as hcb
 from host_callback import debug as hdebug
 
-from conftest import needs_debug_log
+from conftest import flush, needs_debug_log
 
 S = jax.ShapeDtypeStruct((3,), jnp.float32)
-
-
-def flush() -> None:
-  jax.effects_barrier()
-  hcb.barrier_wait()
 
 
 def kinds(tree) -> list[tuple[str, str, tuple[int, ...]]]:
