@@ -443,9 +443,9 @@ HCB_API int hcb_runtime_deliver_shared(hcb_runtime *rt, const hcb_share *share,
  * failure is also parked for the "hcb_sharded_check" FFI handler (see
  * hcb/ffi_handlers.h), which raises it on every one of the devices, so
  * that none waits forever for the others (`ndevices`: this process's
- * devices of the computation, each of which takes it once).  Returns the call's
- * error code;
- * `*parked` tells whether the failure was parked (false: raise it now). */
+ * devices of the computation, each of which takes it once).  Returns the
+ * call's error code; `*parked` tells whether the failure was parked
+ * (false: raise it now). */
 HCB_API int hcb_runtime_call_parked(hcb_runtime *rt, uint64_t id,
                                     hcb_device device, const hcb_array *args,
                                     size_t nargs, const hcb_array *results,

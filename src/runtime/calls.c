@@ -259,12 +259,11 @@ hcb__sharded_fail(hcb_runtime *rt, uint64_t id, int64_t ndevices,
             slot = i;
     }
     if (slot >= 0) {
-        if (rt->sharded[slot].id == id) {
-            rt->sharded[slot].remaining += ndevices;
-        } else {
+        if (rt->sharded[slot].id != id) { /* a free slot */
             rt->sharded[slot].id = id;
-            rt->sharded[slot].remaining = ndevices;
+            rt->sharded[slot].remaining = 0;
         }
+        rt->sharded[slot].remaining += ndevices;
         rt->sharded[slot].error = *error;
     }
     hcb__mutex_unlock(&rt->err_mu);
